@@ -1,0 +1,47 @@
+"""The ``glmops`` command. Verbs are thin: each one lives in the module named in
+``VERBS`` and is imported only when called, so ``glmops --help`` stays fast.
+
+Exit codes: 0 ok, 1 a run failed (a host, a unit, a check), 2 bad input
+(every problem printed at once, no host contacted).
+"""
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# verb -> (module:attribute of a click command, one-line help shown by --help)
+VERBS: dict[str, tuple[str, str]] = {
+    "validate": ("glmops.commands.core:validate", "Check an inventory; print every problem (exit 2)."),
+    "plan": ("glmops.commands.core:plan", "Show which services run where, with which flags."),
+    "lab": ("glmops.lab.cli:lab", "Local systemd-nspawn hosts to rehearse on."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(VERBS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in VERBS:
+            return None
+        target, _ = VERBS[name]
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, VERBS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="glmops")
+def main() -> None:
+    """Take bare GPU hosts to a serving, health-checked, benchmarked GLM-5.3 endpoint."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

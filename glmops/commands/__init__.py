@@ -1,0 +1,1 @@
+"""CLI verbs, one module per area; each verb is thin."""

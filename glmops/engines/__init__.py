@@ -1,0 +1,1 @@
+"""One module per engine: a Service in, argv/env/config out."""

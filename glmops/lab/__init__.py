@@ -1,0 +1,1 @@
+"""The lab: local systemd-nspawn hosts that stand in for GPU nodes."""

@@ -1,0 +1,258 @@
+"""The typed shapes that flow through glmops.
+
+inventory (Ansible) -> :class:`Deployment` -> rules -> :class:`Plan` -> playbooks/roles -> hosts
+
+Everything here is plain data (dataclasses), cheap to import, with no I/O.
+``glmops.inventory`` builds a Deployment, ``glmops.rules`` returns
+:class:`Problem` lists for it, and ``glmops.plan`` turns it into a Plan.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Topology = Literal["agg", "disagg"]
+# Pool roles use vLLM/SGLang names; TensorRT-LLM calls prefill "context" and
+# decode "generation" (seed 000) and its engine module maps them.
+PoolRole = Literal["agg", "prefill", "decode"]
+ServiceRole = Literal["agg", "prefill", "decode", "router", "orchestrator", "frontend"]
+Runtime = Literal["venv", "container"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input, found before any host is touched.
+
+    ``code`` is stable (e.g. ``GPU_COUNT``, ``F03_FP8_KV_HOPPER``); ``path`` is the
+    inventory path of the offending key (e.g. ``group_vars/all.yml:glmops_pools.prefill.tp``
+    or ``host gpu-a: glmops_gpus``); ``message`` names the value found and what is
+    accepted; ``hint`` says how to fix it.
+    """
+
+    code: str
+    path: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"[{self.code}] {self.path}: {self.message}"
+        return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+class ValidationError(Exception):
+    """Raised with every problem found at once; the CLI exits 2."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+@dataclass
+class HostSpec:
+    """One inventory host that may run services.
+
+    ``address`` is the address services bind to and advertise (``glmops_address``,
+    else ``ansible_host``, else the inventory name). ``gpus`` are the GPU indices
+    glmops may use (``glmops_gpus``, default ``range(hardware.gpus_per_node)``).
+    """
+
+    name: str
+    address: str
+    gpus: list[int] = field(default_factory=list)
+    rdma_devices: list[str] = field(default_factory=list)
+    hardware: str = ""
+    groups: list[str] = field(default_factory=list)
+    vars: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PoolSpec:
+    """A set of identical engine replicas with one role.
+
+    Parallelism per replica: ``tp`` x ``pp`` x ``dp`` GPUs (``ep`` and
+    ``attention_dp`` re-use those GPUs). ``hosts`` restricts placement to these
+    inventory hosts (default: every host in group ``glmops_workers``, or all);
+    ``gpus`` pins the GPU indices per replica on a host when given (seed 000:
+    context 0-3, generation 4-7). ``engine_args`` are CLI flag overrides (flag name
+    without dashes, as the engine spells it), ``engine_config`` are YAML/JSON config
+    key overrides (TRT-LLM ``--config`` keys), ``env`` adds environment variables.
+    """
+
+    role: PoolRole
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+    attention_dp: bool = False
+    replicas: int = 1
+    hosts: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    port: int | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    engine_config: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    speculative: dict[str, Any] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass
+class CheckpointSpec:
+    """Where the weights come from and where they live on each node.
+
+    ``repo`` and ``revision`` (a 40-hex commit, F12) come from the catalog variant
+    or the inventory override; ``local_dir`` is ``<model_dir>/<repo>/<revision>``.
+    ``mode``: per_node | fanout | shared.
+    """
+
+    repo: str
+    revision: str | None
+    model_dir: str
+    local_dir: str
+    size_gib: float = 0.0
+    allow_patterns: list[str] = field(default_factory=list)
+    mode: str = "fanout"
+    offline: bool = True
+
+
+@dataclass
+class RouterSpec:
+    """The front door: vllm-router, ``trtllm-serve disaggregated``, SGLang router or
+    Dynamo frontend, on ``host`` (default: the first worker host) at ``port``."""
+
+    kind: str = ""
+    host: str = ""
+    port: int = 8000
+    policy: str = "round_robin"
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Deployment:
+    """The user's intent, read from one Ansible inventory (see ``glmops.inventory``).
+
+    ``sources`` maps each user-facing key to where it was read from, so problems can
+    name the inventory path.
+    """
+
+    name: str
+    model: str
+    variant: str
+    engine: str
+    topology: Topology
+    hardware: str
+    runtime: Runtime
+    hosts: dict[str, HostSpec]
+    pools: list[PoolSpec]
+    checkpoint: CheckpointSpec
+    router: RouterSpec
+    served_model_name: str = ""
+    engine_version: str = ""
+    kv_cache_dtype: str = "auto"
+    max_seq_len: int | None = None
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    multimodal: bool = False
+    speculative: dict[str, Any] | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    engine_config: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    service_user: str = "glmops"
+    state_dir: str = "/var/lib/glmops"
+    config_dir: str = "/etc/glmops"
+    venv_root: str = "/opt/glmops/venvs"
+    readiness_timeout_s: int = 1800
+    sources: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def pool(self, role: str) -> PoolSpec | None:
+        return next((p for p in self.pools if p.role == role), None)
+
+    def source(self, key: str) -> str:
+        """Inventory path for ``key`` (e.g. ``group_vars/all.yml:glmops_kv_cache_dtype``)."""
+        return self.sources.get(key, key)
+
+
+@dataclass
+class ConfigFile:
+    """A file a service needs, as data. ``content`` is a dict for yaml/json files,
+    a str for text; ``mode`` is octal text (``"0600"`` for anything holding env)."""
+
+    path: str
+    content: Any
+    format: Literal["yaml", "json", "text", "env"] = "yaml"
+    mode: str = "0644"
+
+
+@dataclass
+class Service:
+    """One systemd unit on one host.
+
+    ``argv`` is the full command (engine binary first; the runtime wrapper such as
+    ``docker run`` is added at render time). ``ports`` lists every port the service
+    binds, by purpose (``http``, ``nixl_side_channel``, ``kv_events``, ``metrics``,
+    ...; per-rank ranges expanded), for collision checks. ``health_url`` is the
+    engine's own ``/health``; readiness is that 200 and then a one-token request
+    to ``ready_url`` (never ``/v1/models``, F13). ``start_order``: lower starts
+    first; workers 10, followers 5, router/orchestrator/frontend 50.
+    """
+
+    name: str
+    host: str
+    role: ServiceRole
+    engine: str
+    address: str
+    port: int
+    gpus: list[int] = field(default_factory=list)
+    ports: dict[str, list[int]] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    files: list[ConfigFile] = field(default_factory=list)
+    health_url: str = ""
+    ready_url: str = ""
+    start_order: int = 10
+    replica: int = 0
+    node_rank: int = 0
+    nnodes: int = 1
+    depends_on: list[str] = field(default_factory=list)
+    runtime: Runtime = "venv"
+    image: str = ""
+
+    @property
+    def unit(self) -> str:
+        return f"{self.name}.service"
+
+
+@dataclass
+class Plan:
+    """What a deploy will do: per host, the services in start order, plus the front
+    door. ``smoke`` lists the URLs smoke tests hit (endpoint first)."""
+
+    deployment: str
+    model: str
+    served_model_name: str
+    engine: str
+    topology: Topology
+    endpoint_url: str
+    services: list[Service] = field(default_factory=list)
+    smoke: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def on_host(self, host: str) -> list[Service]:
+        return sorted((s for s in self.services if s.host == host), key=lambda s: (s.start_order, s.name))
+
+    @property
+    def hosts(self) -> list[str]:
+        seen: list[str] = []
+        for s in self.services:
+            if s.host not in seen:
+                seen.append(s.host)
+        return seen
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for svc, raw in zip(self.services, data["services"]):
+            raw["unit"] = svc.unit
+        return data
