@@ -15,6 +15,16 @@ VERBS: dict[str, tuple[str, str]] = {
     "validate": ("glmops.commands.core:validate", "Check an inventory; print every problem (exit 2)."),
     "plan": ("glmops.commands.core:plan", "Show which services run where, with which flags."),
     "lab": ("glmops.lab.cli:lab", "Local systemd-nspawn hosts to rehearse on."),
+    "download": ("glmops.commands.download:download", "Fetch the pinned checkpoint once, verify it, copy it to every serving host."),
+    "provision": ("glmops.commands.provision:provision", "Install the NVIDIA driver stack and container toolkit, then run every precheck."),
+    "check": ("glmops.commands.provision:check", "Check hosts against what the deployment needs (--json: a report per node)."),
+    "deploy": ("glmops.commands.deploy:deploy", "Place the Plan's services under systemd, start them gated on readiness."),
+    "serve": ("glmops.commands.deploy:serve", "Like deploy, services only (no runtime install)."),
+    "status": ("glmops.commands.deploy:status", "Per service: unit state, health, uptime, GPUs, URL."),
+    "logs": ("glmops.commands.deploy:logs", "Journal lines of the services (-f to follow)."),
+    "restart": ("glmops.commands.deploy:restart", "Restart services, gated on readiness (--rolling)."),
+    "stop": ("glmops.commands.deploy:stop", "Stop the router, then the workers."),
+    "destroy": ("glmops.commands.deploy:destroy", "Remove units and env files (--yes; checkpoints stay)."),
 }
 
 

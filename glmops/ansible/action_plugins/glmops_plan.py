@@ -1,0 +1,81 @@
+"""``glmops_plan``: validate the inventory and build the Plan, on the controller.
+
+The one plugin through which every glmops playbook gets its Plan, so plain
+``ansible-playbook -i INV playbooks/deploy.yml`` does exactly what ``glmops deploy``
+does. Use it in the first play (``hosts: localhost``, ``gather_facts: false``): it
+reads the inventory the play runs with, calls ``glmops.inventory.load_deployment``,
+``glmops.rules.check`` and ``glmops.plan.build``, and renders every file with
+``glmops.render``. No host is contacted.
+
+Options:
+  inventory: path of the inventory (default: the play's first inventory source)
+  topology:  ``agg`` | ``disagg`` override (default: the inventory's ``glmops_topology``)
+
+Returns (register it; plain data, no facts, so nothing lands in a fact cache):
+  failed + msg listing every problem (``[CODE] path: message (hint: ...)``) on bad input;
+  otherwise ``plan`` (see :func:`glmops.deployview.plan_view`) with per-host services,
+  the files each one needs, the deployment target and the endpoint URL. The success
+  result is marked no-log: env files may hold secrets (API keys), so it is never
+  displayed nor written to run artifacts.
+"""
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):
+    """Validate + plan on the controller; see the module docstring."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("inventory", "topology"))
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        result["changed"] = False
+
+        inventory = self._task.args.get("inventory") or _inventory_source(task_vars)
+        if not inventory:
+            raise AnsibleActionFail(
+                "glmops_plan: no inventory: pass 'inventory:' or run with -i INVENTORY"
+            )
+        topology = self._task.args.get("topology") or None
+        if topology not in (None, "agg", "disagg"):
+            result.update(
+                failed=True,
+                msg=f"glmops_plan: topology {topology!r} is not one of: agg, disagg",
+                problems=[{"code": "TOPOLOGY", "path": "topology", "message": f"{topology!r} is not agg or disagg"}],
+            )
+            return result
+
+        from glmops.deployview import PlanProblems, plan_view
+
+        try:
+            view = plan_view(inventory, topology)
+        except PlanProblems as exc:
+            lines = [str(p) for p in exc.problems]
+            result.update(
+                failed=True,
+                msg=f"glmops_plan: {len(lines)} problem(s) in {inventory}, no host contacted:\n"
+                + "\n".join(lines),
+                problems=[p.__dict__ for p in exc.problems],
+            )
+            return result
+        result["plan"] = view
+        # env files may carry API keys: never display or log this result
+        result["_ansible_no_log"] = True
+        return result
+
+
+def _inventory_source(task_vars: dict) -> str | None:
+    """The play's inventory: the first existing path among ``ansible_inventory_sources``."""
+    sources = task_vars.get("ansible_inventory_sources") or []
+    if isinstance(sources, str):
+        sources = [sources]
+    for src in sources:
+        if src and os.path.exists(src):
+            return src
+    return task_vars.get("inventory_dir") or None

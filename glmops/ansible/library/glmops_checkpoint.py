@@ -1,0 +1,234 @@
+#!/usr/bin/python
+"""Ansible module ``glmops_checkpoint``: the host side of roles/checkpoint.
+
+All logic is ``glmops.checkpoint`` (shipped to the host as the module_utils
+``glmops_checkpoint``, a symlink to that file); this module maps arguments and results.
+"""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: glmops_checkpoint
+short_description: Download, verify and inspect a pinned Hugging Face checkpoint on a host
+description:
+  - C(action=download) resolves the revision to a commit, checks the free space against the hub's tree
+    listing plus a margin (fails before the first blob, naming needed and available bytes, F10), takes the
+    writer lock, runs huggingface_hub C(snapshot_download) into I(local_dir), verifies every file (size;
+    sha256 for LFS files; git blob sha1 for the others) and writes a marker under I(state_dir).
+    Needs huggingface-hub on the interpreter running the module (the role sets the hub venv's python).
+  - C(action=status) reports whether a valid marker exists (no hub access, no hashing).
+  - C(action=resolve) returns the commit and the manifest without downloading.
+  - C(action=verify) checks a copy received from a peer against a I(manifest) and writes the marker.
+  - C(action=space) checks the free space for a I(manifest) in I(local_dir) (F10), before a peer copy.
+  - C(action=progress) reads the progress file a running download writes (for the role's poll loop).
+  - The HF token is read from I(token_file) (mode 0600) and never returned.
+version_added: "0.1.0"
+author: glmops
+options:
+  action:
+    description: What to do.
+    type: str
+    choices: [download, status, resolve, verify, progress, space]
+    default: download
+  repo:
+    description: Hugging Face repo id (owner/name).
+    type: str
+  revision:
+    description: 40-hex commit; empty resolves C(main) (only with I(offline=false) for a branch name).
+    type: str
+  local_dir:
+    description: Directory the snapshot lives in (the engines' model path).
+    type: path
+  model_dir:
+    description: Root of the checkpoints; the writer lock lives in C(<model_dir>/.glmops-locks).
+    type: path
+  state_dir:
+    description: Where the verified marker is written (C(<state_dir>/checkpoints/...)).
+    type: path
+  endpoint:
+    description: Hub URL; empty uses huggingface-hub's default.
+    type: str
+    default: ""
+  token_file:
+    description: File holding the HF token (mode 0600 or stricter); missing or empty means no token.
+    type: path
+    no_log: false
+  allow_patterns:
+    description: Glob patterns of the files to fetch (snapshot_download semantics); empty means all.
+    type: list
+    elements: str
+    default: []
+  offline:
+    description: Serving is offline, so I(revision) must be a commit (F12).
+    type: bool
+    default: true
+  margin_ratio:
+    description: Free-space margin as a fraction of the checkpoint size.
+    type: float
+    default: 0.02
+  margin_bytes:
+    description: Minimum free-space margin in bytes.
+    type: int
+    default: 536870912
+  lock_timeout_s:
+    description: Seconds to wait for another writer of the same checkpoint.
+    type: int
+    default: 21600
+  max_workers:
+    description: Parallel file downloads.
+    type: int
+    default: 8
+  owner:
+    description: Service user owning the checkpoint tree.
+    type: str
+  group:
+    description: Group owning the checkpoint tree (group-writable, setgid directories).
+    type: str
+  progress_file:
+    description: JSON progress file written while downloading and read by C(action=progress).
+    type: path
+  async_results_file:
+    description: For C(action=progress), the async job's results file; a finished job ends the poll.
+    type: path
+  manifest:
+    description: For C(action=verify) and C(action=space), the manifest the downloading node returned.
+    type: dict
+  hashes:
+    description: For C(action=verify), also check hashes (false checks sizes only).
+    type: bool
+    default: true
+  source:
+    description: For C(action=verify), where the copy came from (recorded in the marker).
+    type: str
+    default: peer
+"""
+
+EXAMPLES = r"""
+- name: Download the checkpoint
+  glmops_checkpoint:
+    repo: glmops-lab/tiny-llama
+    revision: fe40d458d5998d162f66364ccee30bb27f5e658f
+    local_dir: /models/glmops-lab/tiny-llama/fe40d458d5998d162f66364ccee30bb27f5e658f
+    model_dir: /models
+    state_dir: /var/lib/glmops
+    token_file: /var/lib/glmops/checkpoint/hf_token
+  vars:
+    ansible_python_interpreter: /opt/glmops/venvs/hub-2.4.0/bin/python
+"""
+
+RETURN = r"""
+commit: {description: the 40-hex commit, type: str, returned: download resolve}
+manifest: {description: repo, commit, files (path, size, blob_id, sha256), total_bytes, type: dict, returned: download resolve status}
+fetched: {description: files requested from the hub in this run, type: list, returned: download}
+skipped: {description: files already complete, type: list, returned: download}
+verified: {description: the local copy matches the manifest, type: bool, returned: always}
+code: {description: error code on failure (F10_DISK, VERIFY, HUB, REVISION, LOCK, INPUT), type: str, returned: failure}
+files: {description: files a failure concerns, type: list, returned: failure}
+needed: {description: bytes needed (F10), type: int, returned: F10 failure}
+available: {description: bytes available (F10), type: int, returned: F10 failure}
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import glmops_checkpoint as ck
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            action=dict(type="str", default="download", choices=["download", "status", "resolve", "verify", "progress", "space"]),
+            repo=dict(type="str"),
+            revision=dict(type="str"),
+            local_dir=dict(type="path"),
+            model_dir=dict(type="path"),
+            state_dir=dict(type="path"),
+            endpoint=dict(type="str", default=""),
+            token_file=dict(type="path", no_log=False),
+            allow_patterns=dict(type="list", elements="str", default=[]),
+            offline=dict(type="bool", default=True),
+            margin_ratio=dict(type="float", default=ck.DEFAULT_MARGIN_RATIO),
+            margin_bytes=dict(type="int", default=ck.DEFAULT_MARGIN_BYTES),
+            lock_timeout_s=dict(type="int", default=21600),
+            max_workers=dict(type="int", default=8),
+            owner=dict(type="str"),
+            group=dict(type="str"),
+            progress_file=dict(type="path"),
+            async_results_file=dict(type="path"),
+            manifest=dict(type="dict"),
+            hashes=dict(type="bool", default=True),
+            source=dict(type="str", default="peer"),
+        ),
+        supports_check_mode=True,
+        required_if=[
+            ("action", "download", ("repo", "local_dir", "model_dir", "state_dir")),
+            ("action", "status", ("repo", "local_dir", "state_dir")),
+            ("action", "resolve", ("repo",)),
+            ("action", "verify", ("local_dir", "manifest")),
+            ("action", "space", ("local_dir", "manifest")),
+            ("action", "progress", ("progress_file",)),
+        ],
+    )
+    p = module.params
+    action = p["action"]
+    revision = p["revision"] or None
+    try:
+        if action == "progress":
+            data = ck.read_progress(p["progress_file"])
+            data["finished"] = data.get("state") in ("done", "failed") or _job_finished(p["async_results_file"])
+            module.exit_json(changed=False, **data)
+        if action == "status":
+            out = ck.status(p["local_dir"], p["repo"], revision, p["state_dir"])
+            module.exit_json(changed=False, **out)
+        if action == "resolve":
+            problems = ck.check_inputs(p["repo"], revision, p["local_dir"] or "/", p["offline"])
+            if problems:
+                raise ck.CheckpointError("INPUT", "; ".join(problems))
+            man = ck.resolve(p["repo"], revision, endpoint=p["endpoint"] or None,
+                             token=ck.read_token(p["token_file"]), allow_patterns=p["allow_patterns"] or None)
+            module.exit_json(changed=False, commit=man.commit, manifest=man.to_dict(), verified=False)
+        if action == "space":
+            sc = ck.space_check(p["local_dir"], ck.Manifest.from_dict(p["manifest"]), p["margin_ratio"], p["margin_bytes"])
+            if not sc.ok:
+                raise ck.CheckpointError("F10_DISK", sc.message(), details={"needed": sc.needed, "available": sc.available,
+                                                                            "path": sc.path})
+            module.exit_json(changed=False, needed=sc.needed, available=sc.available, verified=False)
+        if action == "verify":
+            man = ck.Manifest.from_dict(p["manifest"])
+            if module.check_mode:
+                st = ck.status(p["local_dir"], man.repo, man.commit, p["state_dir"]) if p["state_dir"] else {"verified": False}
+                module.exit_json(changed=not st["verified"], verified=st["verified"])
+            if not p["hashes"]:
+                records = ck.verify(p["local_dir"], man, hashes=False)
+                changed = False
+                if p["owner"] or p["group"]:
+                    changed = ck.fix_ownership([p["local_dir"]], p["owner"], p["group"])
+                module.exit_json(changed=changed, verified=True, files=len(records))
+            out = ck.verify_copy(p["local_dir"], man, p["state_dir"], p["owner"], p["group"], p["source"])
+            module.exit_json(**out)
+        # download
+        out = ck.download(
+            p["repo"], revision, p["local_dir"], model_dir=p["model_dir"], endpoint=p["endpoint"] or None,
+            token=ck.read_token(p["token_file"]), allow_patterns=p["allow_patterns"] or None,
+            state_dir=p["state_dir"], progress_file=p["progress_file"], margin_ratio=p["margin_ratio"],
+            margin_bytes=p["margin_bytes"], lock_timeout_s=p["lock_timeout_s"], max_workers=p["max_workers"],
+            owner=p["owner"], group=p["group"], offline=p["offline"], dry_run=module.check_mode)
+        module.exit_json(**out)
+    except ck.CheckpointError as exc:
+        module.fail_json(msg=f"[{exc.code}] {exc.message}", **exc.to_dict())
+
+
+def _job_finished(path):
+    """True when the async job's results file holds its final result."""
+    if not path or not os.path.exists(path):
+        return False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return not (data.get("started") and not data.get("finished"))
+
+
+if __name__ == "__main__":
+    main()

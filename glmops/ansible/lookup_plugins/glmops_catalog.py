@@ -1,0 +1,38 @@
+"""``lookup('glmops_catalog', 'driver_min')`` / ``lookup('glmops_catalog', 'hardware', KEY)``.
+
+Reads facts from the glmops catalog (glmops/catalog/*.yaml) on the controller, so roles keep
+no copy of them:
+
+* ``driver_min`` -> int: the lowest NVIDIA driver branch any engine needs
+  (``engines.*.driver_min``; seed 000: "CUDA Driver 575 or later");
+* ``hardware``, KEY -> dict: ``hardware.KEY`` (``{}`` for an empty KEY or ``cpu``);
+  an unknown KEY fails naming the accepted keys.
+"""
+from __future__ import annotations
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+
+
+class LookupModule(LookupBase):
+    """See the module docstring."""
+
+    def run(self, terms, variables=None, **kwargs):
+        from glmops import catalog as cat
+        from glmops.prechecks import driver_min
+
+        if not terms:
+            raise AnsibleLookupError("glmops_catalog: name what to read: driver_min | hardware KEY")
+        what, args = terms[0], list(terms[1:])
+        catalog = cat.load()
+        if what == "driver_min":
+            return [driver_min(catalog)]
+        if what == "hardware":
+            key = args[0] if args else ""
+            if not key or key == "cpu":
+                return [{}]
+            try:
+                return [dict(catalog.hw(key))]
+            except LookupError as exc:
+                raise AnsibleLookupError(f"glmops_catalog: glmops_hardware: {exc}") from exc
+        raise AnsibleLookupError(f"glmops_catalog: {what!r} is not one of: driver_min, hardware")

@@ -1,0 +1,749 @@
+"""Checkpoint download logic: pinned, size-checked, verified, resumable, locked.
+
+This one file is all the checkpoint logic. It runs in two places:
+
+* on the controller (``glmops download``, tests, ``bench/fanout.py``) as ``glmops.checkpoint``;
+* on the target hosts, inside the ``glmops_checkpoint`` Ansible module
+  (``glmops/ansible/library/glmops_checkpoint.py``), which imports it as the module_utils
+  ``ansible.module_utils.glmops_checkpoint`` (a symlink to this file, shipped by AnsiballZ).
+  There it runs under the hub venv's interpreter (``/opt/glmops/venvs/hub-<version>``,
+  installed by ``roles/engine_runtime`` from the ``hub`` wheel set), the only place
+  ``huggingface_hub`` is needed on a host.
+
+So it imports only the standard library at module level; ``huggingface_hub`` is imported
+inside the functions that talk to the hub (and ``HF_ENDPOINT`` is never needed: every call
+passes ``endpoint=`` explicitly).
+
+Flow of :func:`download` (issue 6, F10, F12):
+
+1. :func:`resolve` the revision to a 40-hex commit (``GET /api/models/{repo}/revision/{rev}``,
+   skipped when it already is one) and read the hub's tree listing at that commit
+   (``GET /api/models/{repo}/tree/{sha}?recursive=true``), filtered by ``allow_patterns``
+   exactly as ``snapshot_download`` filters (``huggingface_hub.utils.filter_repo_objects``).
+2. :func:`space_check`: bytes still to fetch + margin against the free space of the
+   filesystem holding ``local_dir``; not enough raises :class:`CheckpointError` code
+   ``F10_DISK`` naming needed and available bytes, before the first blob request.
+3. Take an exclusive ``flock`` on ``<model_dir>/.glmops-locks/<repo>@<commit>.lock`` (one
+   writer per checkpoint, also across hosts on a shared NFS mount), then
+   ``huggingface_hub.snapshot_download(repo, revision=commit, local_dir=...)``. Resume is the
+   client's own: files already complete (with its ``.cache/huggingface`` metadata at that
+   commit) are not requested again, and a connection dropped mid-file is retried within the
+   run with a ``Range`` request from the last 10 MiB boundary. Across runs the unit of resume
+   is the file: huggingface-hub 2.4.0 writes each file to a process-unique ``*.incomplete``
+   name and does not reuse another process's part (its PR 4228), so a killed run's parts are
+   deleted here (:func:`remove_stale_partials`) and that file is fetched again. hf_xet is used
+   by the client when it is installed. Progress (bytes on disk / expected) goes to a JSON file.
+4. :func:`verify`: every file's size against the tree listing, sha256 of LFS files, git blob
+   sha1 of the others; a mismatch raises ``VERIFY`` naming each file.
+5. Write the marker (:func:`write_marker`): the manifest (the hub's metadata) plus the size
+   and mtime of each verified file, so a rerun sees "verified" without hashing again.
+
+Source of the HTTP surface and client behaviour: huggingface-hub 2.4.0
+(``_snapshot_download.py``, ``file_download.py``, ``hf_api.py``) and
+/work/shared/lab-recipe/FINDINGS.md "Hugging Face hub, offline".
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+MARKER_VERSION = 1
+# Margin added to the bytes still to fetch before comparing with the free space: the larger
+# of 2 % of the checkpoint and 512 MiB (room for the client's .incomplete parts and metadata).
+DEFAULT_MARGIN_RATIO = 0.02
+DEFAULT_MARGIN_BYTES = 512 * 1024 * 1024
+CHUNK = 8 * 1024 * 1024
+# snapshot_download's own working area inside local_dir (metadata, .incomplete parts)
+CLIENT_CACHE = ".cache/huggingface"
+
+
+class CheckpointError(Exception):
+    """A checkpoint step failed. ``code`` is stable (``F10_DISK``, ``VERIFY``, ``REVISION``,
+    ``HUB``, ``LOCK``, ``INPUT``); ``files`` names the files concerned (for ``VERIFY`` and
+    failed downloads); ``details`` carries numbers (needed/available bytes...)."""
+
+    def __init__(self, code: str, message: str, files: list[str] | None = None,
+                 details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.files = list(files or [])
+        self.details = dict(details or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "files": self.files, **self.details}
+
+
+@dataclass
+class HubFile:
+    """One file of the repo at the commit, as the hub's tree listing describes it.
+
+    ``size`` in bytes; ``blob_id``: git blob sha1 (of the LFS pointer for LFS files);
+    ``sha256``: the LFS object id (None for regular git files); ``xet_hash`` when Xet-backed.
+    """
+
+    path: str
+    size: int
+    blob_id: str
+    sha256: str | None = None
+    xet_hash: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "HubFile":
+        return cls(path=raw["path"], size=int(raw["size"]), blob_id=raw.get("blob_id", ""),
+                   sha256=raw.get("sha256"), xet_hash=raw.get("xet_hash"))
+
+
+@dataclass
+class Manifest:
+    """What the hub says the checkpoint is: repo, the commit and the (filtered) files."""
+
+    repo: str
+    commit: str
+    files: list[HubFile] = field(default_factory=list)
+    allow_patterns: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repo": self.repo, "commit": self.commit, "allow_patterns": list(self.allow_patterns),
+                "total_bytes": self.total_bytes, "files": [asdict(f) for f in self.files]}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Manifest":
+        return cls(repo=raw["repo"], commit=raw["commit"],
+                   files=[HubFile.from_dict(f) for f in raw.get("files") or []],
+                   allow_patterns=list(raw.get("allow_patterns") or []))
+
+
+@dataclass
+class SpaceCheck:
+    """F10 numbers, bytes: ``total`` of the checkpoint, ``present`` already complete on disk,
+    ``margin``, ``needed`` = total - present + margin, ``available`` to unprivileged writers
+    on the filesystem holding ``path`` (``statvfs`` f_bavail x f_frsize)."""
+
+    path: str
+    total: int
+    present: int
+    margin: int
+    needed: int
+    available: int
+
+    @property
+    def ok(self) -> bool:
+        return self.available >= self.needed
+
+    def message(self) -> str:
+        return (f"not enough disk for the checkpoint under {self.path}: needed {human(self.needed)} "
+                f"({self.needed} bytes = {human(self.total - self.present)} still to fetch of "
+                f"{human(self.total)} + {human(self.margin)} margin), available {human(self.available)} "
+                f"({self.available} bytes)")
+
+
+def human(n: float) -> str:
+    """Bytes as ``12.3 GiB`` (binary units)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024.0
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------------- plan view
+def plan_view(dep: Any, plan: Any) -> dict[str, Any]:
+    """The checkpoint part of the playbooks' plan view (``glmops.deployview``):
+    ``{repo, revision, model_dir, local_dir, allow_patterns, mode, offline, size_gib, hosts,
+    service_user, state_dir}``. ``hosts``: every host running a service whose argv loads the
+    checkpoint (workers, and a frontend that reads it), in Plan order; ``mode`` is ``per_node``
+    when only one host needs it. ``dep``/``plan`` are glmops.model Deployment/Plan."""
+    ck_spec = dep.checkpoint
+    hosts: list[str] = []
+    for svc in sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name)):
+        if any(ck_spec.local_dir == a or a.startswith(ck_spec.local_dir + "/") for a in svc.argv) \
+                or svc.start_order < 50:
+            if svc.host not in hosts:
+                hosts.append(svc.host)
+    return {"repo": ck_spec.repo, "revision": ck_spec.revision or "", "model_dir": ck_spec.model_dir,
+            "local_dir": ck_spec.local_dir, "allow_patterns": list(ck_spec.allow_patterns or []),
+            "mode": ck_spec.mode if len(hosts) > 1 else "per_node", "offline": bool(ck_spec.offline),
+            "size_gib": float(ck_spec.size_gib or 0), "hosts": hosts,
+            "service_user": dep.service_user, "state_dir": dep.state_dir}
+
+
+# ---------------------------------------------------------------------------------- inputs
+def check_inputs(repo: str, revision: str | None, local_dir: str, offline: bool = True) -> list[str]:
+    """Every problem with the download inputs at once (empty list: fine).
+
+    ``repo`` must be ``owner/name``; ``revision`` a 40-hex commit when serving offline (F12;
+    a branch or tag is accepted only with ``offline: false``, and None means "pin at
+    download"); ``local_dir`` absolute.
+    """
+    problems = []
+    if not REPO_ID.match(repo or ""):
+        problems.append(f"repo {repo!r} is not a Hugging Face repo id; accepted: owner/name")
+    if revision is not None and offline and not HEX40.match(str(revision)):
+        problems.append(f"revision {revision!r} is not a 40-hex commit; serving offline needs a pinned commit (F12)")
+    if not str(local_dir or "").startswith("/"):
+        problems.append(f"local_dir {local_dir!r} must be an absolute path")
+    return problems
+
+
+def local_dir_for(model_dir: str, repo: str, commit: str) -> str:
+    """``<model_dir>/<repo>/<commit>`` (the layout of ``Deployment.checkpoint.local_dir``)."""
+    return f"{model_dir.rstrip('/') or ''}/{repo}/{commit}"
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The HF token from ``token_file`` (None when unset, missing or empty). The file must not
+    be readable by group/others (0600 or stricter): a looser one raises ``INPUT``."""
+    if not token_file or not os.path.exists(token_file):
+        return None
+    mode = stat.S_IMODE(os.stat(token_file).st_mode)
+    if mode & 0o077:
+        raise CheckpointError("INPUT", f"token file {token_file} has mode {mode:04o}; accepted: 0600 or stricter")
+    with open(token_file, encoding="utf-8") as fh:
+        return fh.read().strip() or None
+
+
+# ---------------------------------------------------------------------------------- hub metadata
+def _api(endpoint: str | None, token: str | None):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=endpoint, token=token if token else False)
+
+
+def resolve(repo: str, revision: str | None, *, endpoint: str | None = None, token: str | None = None,
+            allow_patterns: list[str] | None = None) -> Manifest:
+    """The commit for ``revision`` (``main`` when None) and the hub's tree listing at it,
+    filtered by ``allow_patterns`` (``snapshot_download``'s semantics: fnmatch, ``*`` crosses
+    ``/``). Raises ``REVISION`` for an unknown revision, ``HUB`` for other hub errors."""
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import filter_repo_objects
+
+    api = _api(endpoint, token)
+    try:
+        commit = revision if revision and HEX40.match(revision) else api.model_info(repo, revision=revision or "main").sha
+        entries = [e for e in api.list_repo_tree(repo, revision=commit, recursive=True, expand=False)
+                   if hasattr(e, "size") and hasattr(e, "blob_id")]
+    except RevisionNotFoundError as exc:
+        raise CheckpointError("REVISION", f"revision {revision!r} of {repo} not found on the hub: {_first_line(exc)}") from None
+    except RepositoryNotFoundError as exc:
+        raise CheckpointError("HUB", f"repo {repo} not found or not accessible (token?): {_first_line(exc)}") from None
+    except Exception as exc:  # network, HTTP 5xx ...
+        raise CheckpointError("HUB", f"hub metadata for {repo}@{revision or 'main'}: {type(exc).__name__}: {_first_line(exc)}") from None
+    if not commit or not HEX40.match(commit):
+        raise CheckpointError("REVISION", f"the hub answered commit {commit!r} for {repo}@{revision}; expected 40 hex")
+    picked = list(filter_repo_objects(entries, allow_patterns=allow_patterns or None, key=lambda e: e.path))
+    files = [HubFile(path=e.path, size=int(e.size), blob_id=e.blob_id,
+                     sha256=e.lfs.sha256 if e.lfs else None, xet_hash=getattr(e, "xet_hash", None))
+             for e in picked]
+    if not files:
+        raise CheckpointError("INPUT", f"no file of {repo}@{commit} matches allow_patterns {allow_patterns}")
+    return Manifest(repo=repo, commit=commit, files=sorted(files, key=lambda f: f.path),
+                    allow_patterns=list(allow_patterns or []))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------------------------- disk
+def free_bytes(path: str) -> tuple[str, int]:
+    """``(existing ancestor, bytes available)`` for the filesystem that will hold ``path``."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    st = os.statvfs(probe)
+    return probe, st.f_bavail * st.f_frsize
+
+
+def complete_files(local_dir: str, manifest: Manifest) -> list[str]:
+    """Paths whose file already exists in ``local_dir`` with the expected size."""
+    done = []
+    for f in manifest.files:
+        p = os.path.join(local_dir, f.path)
+        try:
+            if os.stat(p).st_size == f.size:
+                done.append(f.path)
+        except OSError:
+            pass
+    return done
+
+
+def space_check(local_dir: str, manifest: Manifest, margin_ratio: float = DEFAULT_MARGIN_RATIO,
+                margin_bytes: int = DEFAULT_MARGIN_BYTES) -> SpaceCheck:
+    """F10: bytes still to fetch + margin vs free space (see :class:`SpaceCheck`)."""
+    sizes = {f.path: f.size for f in manifest.files}
+    present = sum(sizes[p] for p in complete_files(local_dir, manifest))
+    total = manifest.total_bytes
+    margin = int(max(total * margin_ratio, margin_bytes)) if total - present > 0 else 0
+    probe, avail = free_bytes(local_dir)
+    return SpaceCheck(path=probe, total=total, present=present, margin=margin,
+                      needed=total - present + margin, available=avail)
+
+
+# ---------------------------------------------------------------------------------- verify
+def git_blob_sha1(path: str, size: int) -> str:
+    """Git blob id of the file at ``path`` (sha1 over ``blob <size>\\0`` + content)."""
+    h = hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of the file at ``path`` (read in 8 MiB chunks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(local_dir: str, manifest: Manifest, hashes: bool = True) -> list[dict[str, Any]]:
+    """Check every manifest file in ``local_dir``. Returns one dict per file:
+    ``{path, size, mtime_ns, sha256|blob_id}``. Raises ``VERIFY`` naming every missing file,
+    size mismatch (on disk vs the hub's tree listing) and hash mismatch (sha256 for LFS files,
+    git blob sha1 for regular ones) at once. ``hashes=False`` checks sizes only."""
+    problems, bad, out = [], [], []
+    for f in manifest.files:
+        p = os.path.join(local_dir, f.path)
+        try:
+            st = os.stat(p)
+        except OSError:
+            problems.append(f"{f.path}: missing in {local_dir}")
+            bad.append(f.path)
+            continue
+        if st.st_size != f.size:
+            problems.append(f"{f.path}: size {st.st_size} on disk, the hub says {f.size}")
+            bad.append(f.path)
+            continue
+        rec: dict[str, Any] = {"path": f.path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if hashes:
+            if f.sha256:
+                got = sha256_file(p)
+                if got != f.sha256:
+                    problems.append(f"{f.path}: sha256 {got} on disk, the hub says {f.sha256}")
+                    bad.append(f.path)
+                    continue
+                rec["sha256"] = got
+            elif f.blob_id:
+                got = git_blob_sha1(p, st.st_size)
+                if got != f.blob_id:
+                    problems.append(f"{f.path}: git blob sha1 {got} on disk, the hub says {f.blob_id}")
+                    bad.append(f.path)
+                    continue
+                rec["blob_id"] = got
+        out.append(rec)
+    if problems:
+        raise CheckpointError("VERIFY", f"{len(bad)} file(s) of {manifest.repo}@{manifest.commit} failed "
+                              f"verification: " + "; ".join(problems), files=bad)
+    return out
+
+
+# ---------------------------------------------------------------------------------- marker
+def marker_path(state_dir: str, repo: str, commit: str) -> str:
+    """``<state_dir>/checkpoints/<owner>--<name>@<commit>.json``."""
+    return os.path.join(state_dir, "checkpoints", f"{repo.replace('/', '--')}@{commit}.json")
+
+
+def write_marker(path: str, manifest: Manifest, local_dir: str, records: list[dict[str, Any]],
+                 source: str = "hub") -> dict[str, Any]:
+    """Record a verified checkpoint (atomic write, mode 0644; it holds no secret)."""
+    data = {"version": MARKER_VERSION, "local_dir": local_dir, "source": source,
+            "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "manifest": manifest.to_dict(), "files": records}
+    _atomic_json(path, data, 0o644)
+    return data
+
+
+def read_marker(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if data.get("version") == MARKER_VERSION else None
+
+
+def marker_valid(marker: dict[str, Any] | None, local_dir: str, manifest: Manifest | None = None) -> bool:
+    """True when ``marker`` says ``local_dir`` was verified and every file still has the size
+    and mtime it had then (no rehash). With ``manifest``: also the same commit and file set."""
+    if not marker or marker.get("local_dir") != local_dir:
+        return False
+    if manifest is not None:
+        m = marker.get("manifest") or {}
+        if m.get("commit") != manifest.commit or sorted(f["path"] for f in m.get("files", [])) != \
+                sorted(f.path for f in manifest.files):
+            return False
+    for rec in marker.get("files") or []:
+        try:
+            st = os.stat(os.path.join(local_dir, rec["path"]))
+        except OSError:
+            return False
+        if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
+            return False
+    return bool(marker.get("files"))
+
+
+def _atomic_json(path: str, data: Any, mode: int) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------- lock
+def lock_path(model_dir: str, repo: str, commit: str) -> str:
+    """``<model_dir>/.glmops-locks/<owner>--<name>@<commit>.lock`` (on the same filesystem as
+    the checkpoint, so writers on every host of a shared mount see it)."""
+    return os.path.join(model_dir, ".glmops-locks", f"{repo.replace('/', '--')}@{commit}.lock")
+
+
+@contextlib.contextmanager
+def writer_lock(path: str, timeout_s: float = 6 * 3600, poll_s: float = 1.0,
+                on_wait: Callable[[], None] | None = None) -> Iterator[float]:
+    """Exclusive ``flock`` on ``path`` (created 0664); yields the seconds waited. Raises
+    ``LOCK`` after ``timeout_s``. On NFS, ``flock`` is forwarded to the server's lock
+    manager (Linux >= 2.6.12), so two hosts never write the same checkpoint at once."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+    start = time.monotonic()
+    waited_once = False
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if not waited_once and on_wait:
+                    on_wait()
+                waited_once = True
+                if time.monotonic() - start > timeout_s:
+                    raise CheckpointError("LOCK", f"another writer holds {path} for more than {timeout_s:.0f} s") from None
+                time.sleep(poll_s)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.uname().nodename} {os.getpid()}\n".encode())
+        yield time.monotonic() - start
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------- progress
+def bytes_on_disk(local_dir: str, manifest: Manifest) -> int:
+    """Bytes of the manifest's files present in ``local_dir`` plus the client's
+    ``*.incomplete`` parts (``.cache/huggingface/download/**``, named by a hash and the etag)."""
+    total = 0
+    for f in manifest.files:
+        with contextlib.suppress(OSError):
+            total += min(os.stat(os.path.join(local_dir, f.path)).st_size, f.size)
+    for root, _dirs, names in os.walk(os.path.join(local_dir, CLIENT_CACHE, "download")):
+        for name in names:
+            if name.endswith(".incomplete"):
+                with contextlib.suppress(OSError):
+                    total += os.stat(os.path.join(root, name)).st_size
+    return total
+
+
+class ProgressWriter:
+    """Writes ``{state, bytes_done, bytes_total, files_total, percent, rate_bps, updated}`` to
+    ``path`` every ``interval_s`` while a download runs (read back by the role's progress
+    task, shown by ``glmops download``)."""
+
+    def __init__(self, path: str | None, local_dir: str, manifest: Manifest, interval_s: float = 1.0):
+        self.path, self.local_dir, self.manifest, self.interval = path, local_dir, manifest, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._t0 = time.monotonic()
+        self._b0 = 0
+
+    def __enter__(self) -> "ProgressWriter":
+        if self.path:
+            self._b0 = bytes_on_disk(self.local_dir, self.manifest)
+            self.write("running")
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.write("running")
+
+    def write(self, state: str, **extra: Any) -> None:
+        if not self.path:
+            return
+        done = bytes_on_disk(self.local_dir, self.manifest)
+        total = self.manifest.total_bytes
+        elapsed = max(time.monotonic() - self._t0, 1e-6)
+        data = {"state": state, "bytes_done": done, "bytes_total": total,
+                "files_total": len(self.manifest.files),
+                "percent": round(100.0 * done / total, 1) if total else 100.0,
+                "rate_bps": int(max(done - self._b0, 0) / elapsed), "updated": time.time(), **extra}
+        with contextlib.suppress(OSError):
+            _atomic_json(self.path, data, 0o644)
+
+
+def read_progress(path: str) -> dict[str, Any]:
+    """The progress JSON (``{"state": "absent"}`` when there is none yet)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {"state": "absent"}
+
+
+# ---------------------------------------------------------------------------------- ownership
+def fix_ownership(paths: list[str], user: str | None, group: str | None) -> bool:
+    """Make the checkpoint tree owned by ``user:group``, directories ``2775`` (setgid: new
+    entries keep the group), files ``0664``, and a default ACL ``g::rwX`` on directories when
+    ``setfacl`` exists, so a file another group member creates (with any umask) stays
+    group-writable and the service user can always resume or replace it. Others get read
+    access only. Returns True when anything changed."""
+    import grp
+    import pwd
+
+    uid = pwd.getpwnam(user).pw_uid if user else -1
+    gid = grp.getgrnam(group).gr_gid if group else -1
+    changed = False
+    acl_dirs = []
+    for top in paths:
+        if not os.path.exists(top):
+            continue
+        for root, dirs, files in os.walk(top):
+            for name, is_dir in [(root, True)] + [(os.path.join(root, f), False) for f in files]:
+                st = os.lstat(name)
+                if stat.S_ISLNK(st.st_mode):
+                    continue
+                want = 0o2775 if is_dir else 0o664
+                if (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid):
+                    os.chown(name, uid, gid)
+                    changed = True
+                if stat.S_IMODE(st.st_mode) != want:
+                    os.chmod(name, want)
+                    changed = True
+                if is_dir:
+                    acl_dirs.append(name)
+    if acl_dirs and shutil.which("setfacl") and shutil.which("getfacl"):
+        missing = []
+        for d in acl_dirs:
+            out = subprocess.run(["getfacl", "--absolute-names", "--omit-header", "--default", d],
+                                 capture_output=True, text=True).stdout
+            if "default:group::rwx" not in out:
+                missing.append(d)
+        for i in range(0, len(missing), 200):
+            subprocess.run(["setfacl", "-d", "-m", "u::rwx,g::rwx,o::rx", *missing[i:i + 200]], check=True)
+            changed = True
+    return changed
+
+
+# ---------------------------------------------------------------------------------- download
+def xet_available() -> bool:
+    """True when ``hf_xet`` is importable (huggingface-hub then uses it for Xet-backed files)."""
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("hf_xet") is not None
+    except Exception:  # pragma: no cover
+        return False
+
+
+def download(repo: str, revision: str | None, local_dir: str | None = None, *, model_dir: str | None = None,
+             endpoint: str | None = None, token: str | None = None, allow_patterns: list[str] | None = None,
+             state_dir: str | None = None, progress_file: str | None = None,
+             margin_ratio: float = DEFAULT_MARGIN_RATIO, margin_bytes: int = DEFAULT_MARGIN_BYTES,
+             lock: bool = True, lock_timeout_s: float = 6 * 3600, max_workers: int = 8,
+             owner: str | None = None, group: str | None = None, offline: bool = True,
+             dry_run: bool = False) -> dict[str, Any]:
+    """Download ``repo`` at ``revision`` into ``local_dir`` (default
+    ``<model_dir>/<repo>/<commit>``), verified. See the module docstring for the steps.
+
+    Returns ``{changed, commit, local_dir, manifest, fetched (paths requested from the hub),
+    skipped (already complete), space (SpaceCheck dict), verified, seconds, xet, lock_waited_s}``.
+    ``dry_run``: steps 1-2 only (check mode), nothing written. Raises :class:`CheckpointError`.
+    The token is only handed to huggingface-hub; it never appears in the result or errors.
+    """
+    if local_dir is None and model_dir is None:
+        raise CheckpointError("INPUT", "give local_dir or model_dir")
+    problems = check_inputs(repo, revision, local_dir or "/", offline)
+    if problems:
+        raise CheckpointError("INPUT", "; ".join(problems))
+    t0 = time.monotonic()
+    manifest = resolve(repo, revision, endpoint=endpoint, token=token, allow_patterns=allow_patterns)
+    local_dir = local_dir or local_dir_for(model_dir or "/", repo, manifest.commit)
+    model_dir = model_dir or os.path.dirname(os.path.dirname(os.path.dirname(local_dir.rstrip("/"))))
+    mpath = marker_path(state_dir, repo, manifest.commit) if state_dir else None
+    result: dict[str, Any] = {"changed": False, "commit": manifest.commit, "local_dir": local_dir,
+                              "manifest": manifest.to_dict(), "fetched": [], "skipped": [],
+                              "xet": xet_available(), "lock_waited_s": 0.0, "verified": False}
+    if mpath and marker_valid(read_marker(mpath), local_dir, manifest):
+        result.update(verified=True, skipped=[f.path for f in manifest.files], seconds=time.monotonic() - t0)
+        return result
+    space = space_check(local_dir, manifest, margin_ratio, margin_bytes)
+    result["space"] = asdict(space)
+    if not space.ok:
+        raise CheckpointError("F10_DISK", space.message(), details={"needed": space.needed, "available": space.available,
+                                                                    "path": space.path})
+    if dry_run:
+        result.update(changed=True, fetched=[f.path for f in manifest.files
+                                             if f.path not in complete_files(local_dir, manifest)])
+        return result
+
+    ctx = writer_lock(lock_path(model_dir, repo, manifest.commit), lock_timeout_s) if lock else contextlib.nullcontext(0.0)
+    with ctx as waited:
+        result["lock_waited_s"] = round(waited or 0.0, 3)
+        # another writer may have finished while we waited (shared mount)
+        if mpath and marker_valid(read_marker(mpath), local_dir, manifest):
+            result.update(verified=True, skipped=[f.path for f in manifest.files], seconds=time.monotonic() - t0)
+            return result
+        before = set(_client_complete(local_dir, manifest))
+        os.makedirs(local_dir, exist_ok=True)
+        result["stale_partial_bytes"] = remove_stale_partials(local_dir)
+        with ProgressWriter(progress_file, local_dir, manifest) as progress:
+            try:
+                _snapshot(repo, manifest, local_dir, endpoint, token, max_workers)
+            except CheckpointError as exc:
+                progress.write("failed", error=exc.message)
+                raise
+            progress.write("verifying")
+            try:
+                records = verify(local_dir, manifest)
+            except CheckpointError as exc:
+                progress.write("failed", error=exc.message)
+                raise
+            progress.write("done")
+        result["fetched"] = [f.path for f in manifest.files if f.path not in before]
+        result["skipped"] = sorted(before)
+        if owner or group:
+            fix_ownership([local_dir], owner, group)
+            records = verify(local_dir, manifest, hashes=False)  # refresh mtimes (chmod keeps them)
+        if mpath:
+            write_marker(mpath, manifest, local_dir, records)
+        result.update(changed=True, verified=True, seconds=round(time.monotonic() - t0, 3))
+    return result
+
+
+def remove_stale_partials(local_dir: str) -> int:
+    """Delete the client's ``*.incomplete`` leftovers of an earlier, killed run; returns their
+    bytes. huggingface-hub 2.4.0 writes each file to a process-unique temporary name and never
+    reuses one from another process (huggingface_hub PR 4228), so after a crash they are only
+    dead weight. Called under the writer lock, so no live writer owns them."""
+    freed = 0
+    for root, _dirs, names in os.walk(os.path.join(local_dir, CLIENT_CACHE, "download")):
+        for name in names:
+            if name.endswith(".incomplete"):
+                p = os.path.join(root, name)
+                with contextlib.suppress(OSError):
+                    freed += os.stat(p).st_size
+                    os.unlink(p)
+    return freed
+
+
+def _client_complete(local_dir: str, manifest: Manifest) -> list[str]:
+    """Files the client will not request again: present with the right size and its own
+    metadata at this commit (``.cache/huggingface/download/<path>.metadata``)."""
+    done = []
+    for path in complete_files(local_dir, manifest):
+        meta = os.path.join(local_dir, CLIENT_CACHE, "download", path + ".metadata")
+        try:
+            with open(meta, encoding="utf-8") as fh:
+                if fh.readline().strip() == manifest.commit:
+                    done.append(path)
+        except OSError:
+            pass
+    return done
+
+
+def _snapshot(repo: str, manifest: Manifest, local_dir: str, endpoint: str | None, token: str | None,
+              max_workers: int) -> None:
+    """``snapshot_download`` at the commit for exactly the manifest's files."""
+    from huggingface_hub import snapshot_download
+
+    patterns = [f.path for f in manifest.files]
+    try:
+        snapshot_download(repo_id=repo, revision=manifest.commit, local_dir=local_dir,
+                          allow_patterns=[_glob_escape(p) for p in patterns], endpoint=endpoint,
+                          token=token if token else False, max_workers=max_workers)
+    except Exception as exc:
+        text = str(exc)
+        named = [p for p in patterns if p in text]
+        if not named:  # name the files that did not arrive
+            named = [p for p in patterns if p not in complete_files(local_dir, manifest)]
+        if token:
+            text = text.replace(token, "***")
+        raise CheckpointError("HUB", f"download of {repo}@{manifest.commit} failed ({type(exc).__name__}: "
+                              f"{text.splitlines()[0] if text else ''}); unfinished: {', '.join(named) or '?'}; "
+                              "run again to resume", files=named) from None
+
+
+def _glob_escape(path: str) -> str:
+    """An fnmatch pattern matching exactly ``path``."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in path)
+
+
+# ---------------------------------------------------------------------------------- peer copy
+def verify_copy(local_dir: str, manifest: dict[str, Any] | Manifest, state_dir: str | None,
+                owner: str | None = None, group: str | None = None, source: str = "peer") -> dict[str, Any]:
+    """Verify a copy received from a peer (fanout) or read from a shared mount against the
+    hub manifest the downloading node used; write the marker. Returns ``{changed, verified,
+    files}``; raises ``VERIFY`` naming the files."""
+    man = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
+    mpath = marker_path(state_dir, man.repo, man.commit) if state_dir else None
+    if mpath and marker_valid(read_marker(mpath), local_dir, man):
+        return {"changed": False, "verified": True, "files": len(man.files)}
+    records = verify(local_dir, man)
+    if owner or group:
+        fix_ownership([local_dir], owner, group)
+        records = verify(local_dir, man, hashes=False)
+    if mpath:
+        write_marker(mpath, man, local_dir, records, source=source)
+    return {"changed": True, "verified": True, "files": len(records)}
+
+
+def status(local_dir: str, repo: str, commit: str | None, state_dir: str) -> dict[str, Any]:
+    """``{verified, marker, manifest}``: is there a valid marker for ``repo`` (at ``commit``,
+    or at any commit when None: an unpinned checkpoint) for ``local_dir``. No hub access, no
+    hashing."""
+    if commit:
+        candidates = [marker_path(state_dir, repo, commit)]
+    else:
+        base = os.path.join(state_dir, "checkpoints")
+        prefix = repo.replace("/", "--") + "@"
+        candidates = sorted(os.path.join(base, n) for n in (os.listdir(base) if os.path.isdir(base) else [])
+                            if n.startswith(prefix) and n.endswith(".json"))
+    for mpath in candidates:
+        marker = read_marker(mpath)
+        if marker_valid(marker, local_dir):
+            return {"verified": True, "marker": mpath, "manifest": marker["manifest"]}
+    return {"verified": False, "marker": None, "manifest": None}

@@ -1,0 +1,61 @@
+"""The core verbs: ``glmops validate`` (here) and ``glmops plan`` (``glmops.commands.plan``,
+re-exported so the verb table can point at this module).
+
+Both read the inventory on the controller only; no host is contacted. Exit codes: 0 valid,
+2 bad input (every problem printed at once).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from glmops.commands.plan import plan  # noqa: F401  (verb table: glmops.commands.core:plan)
+
+
+def _summary(dep, the_plan) -> str:
+    services = len(the_plan.services) if the_plan is not None else 0
+    hosts = len(the_plan.hosts) if the_plan is not None else len(dep.hosts)
+    pools = ", ".join(
+        f"{p.role} {p.replicas}x(tp{p.tp}" + (f" pp{p.pp}" if p.pp > 1 else "") + (f" ep{p.ep}" if p.ep > 1 else "")
+        + (f" dp{p.dp}" if p.dp > 1 else "") + ")"
+        for p in dep.pools
+    )
+    return (f"{dep.extra.get('inventory', '')}: valid: {dep.model} {dep.variant} on {dep.engine} {dep.engine_version}, "
+            f"{dep.hardware}, {dep.topology} [{pools}], {services} service(s) on {hosts} host(s)")
+
+
+@click.command("validate")
+@click.option("-i", "--inventory", required=True, type=click.Path(),
+              help="Inventory directory (hosts.yml + group_vars/) or file.")
+@click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,
+              help="Override glmops_topology.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def validate(inventory: str, topology: str | None, as_json: bool) -> None:
+    """Check an inventory without contacting any host; print every problem (exit 2)."""
+    from glmops import rules
+    from glmops.inventory import load_deployment
+    from glmops.model import ValidationError
+
+    dep = None
+    the_plan = None
+    try:
+        dep = load_deployment(inventory, topology=topology)
+        the_plan, problems = rules.validate(dep)
+    except ValidationError as exc:
+        problems = exc.problems
+    if as_json:
+        click.echo(json.dumps({
+            "inventory": inventory,
+            "valid": not problems,
+            "problems": [{"code": p.code, "path": p.path, "message": p.message, "hint": p.hint} for p in problems],
+        }, indent=2))
+    elif problems:
+        click.echo(f"{len(problems)} problem(s) in {inventory}:")
+        for p in problems:
+            click.echo(f"  {p}")
+    else:
+        click.echo(_summary(dep, the_plan))
+    if problems:
+        sys.exit(2)

@@ -1,0 +1,92 @@
+"""``glmops plan``: validate an inventory, then show (or write) what a deploy would do.
+
+Re-exported by ``glmops.commands.core`` (the verb table points there). Heavy modules
+(Ansible, jinja2, the engines) are imported inside the command, never at import time.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def load_plan(inventory: str, topology: str | None):
+    """Inventory -> (Deployment, Plan), validating first.
+
+    ``glmops.rules.validate`` collects every problem (inventory shape, rules, placement,
+    port collisions) and they are raised together as one ValidationError; no host is
+    contacted.
+    """
+    from glmops import rules
+    from glmops.inventory import load_deployment
+    from glmops.model import ValidationError
+
+    dep = load_deployment(inventory, topology=topology)
+    the_plan, problems = rules.validate(dep)
+    if problems or the_plan is None:
+        raise ValidationError(problems)
+    return dep, the_plan
+
+
+def table_text(plan) -> str:
+    """Per host: service, role, GPUs, ports, health URL; then endpoint, smoke, notes."""
+    from glmops.plan import summary_rows
+
+    rows = summary_rows(plan)
+    cols = ["host", "service", "role", "gpus", "ports", "health"]
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in cols}
+    lines = [f"deployment {plan.deployment}: {plan.model} as {plan.served_model_name!r} "
+             f"on {plan.engine}, {plan.topology}"]
+    lines.append("  ".join(c.upper().ljust(widths[c]) for c in cols).rstrip())
+    last = None
+    for r in rows:
+        shown = dict(r)
+        if r["host"] == last:
+            shown["host"] = ""
+        last = r["host"]
+        lines.append("  ".join(str(shown[c]).ljust(widths[c]) for c in cols).rstrip())
+    lines.append(f"endpoint: {plan.endpoint_url}")
+    lines.append("smoke: " + " ".join(plan.smoke))
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines) + "\n"
+
+
+@click.command("plan")
+@click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
+              help="Inventory directory (hosts.yml + group_vars/) or file.")
+@click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,
+              help="Override glmops_topology.")
+@click.option("--format", "fmt", type=click.Choice(["table", "yaml", "json"]), default="table",
+              show_default=True, help="Output format.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Write every file a deploy would place, as OUT/<host>/<path>.")
+def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) -> None:
+    """Show which services run where, with which flags (exit 2 on bad input)."""
+    from glmops.model import ValidationError
+
+    try:
+        dep, the_plan = load_plan(inventory, topology)
+        written = []
+        if out_dir:
+            from glmops import render
+
+            written = render.write_tree(dep, the_plan, out_dir)
+    except ValidationError as exc:
+        click.echo(f"{len(exc.problems)} problem(s) in {inventory}:", err=True)
+        for p in exc.problems:
+            click.echo(f"  {p}", err=True)
+        sys.exit(2)
+    except ValueError as exc:  # render refusals (e.g. container runtime without an image)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if fmt == "json":
+        click.echo(json.dumps(the_plan.to_dict(), indent=2))
+    elif fmt == "yaml":
+        import yaml
+
+        click.echo(yaml.safe_dump(the_plan.to_dict(), sort_keys=False), nl=False)
+    else:
+        click.echo(table_text(the_plan), nl=False)
+    if out_dir:
+        click.echo(f"wrote {len(written)} files under {out_dir}", err=True)

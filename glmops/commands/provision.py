@@ -1,0 +1,129 @@
+"""Host verbs: ``glmops provision`` and ``glmops check``.
+
+``provision`` runs ``playbooks/provision.yml`` (NVIDIA driver + fabric manager in lockstep,
+container toolkit, then every precheck); ``check`` runs ``playbooks/check.yml`` (prechecks
+only, changes nothing) and prints one report per node (``--json``: one JSON document).
+Both go through :mod:`glmops.runner`. When the inventory describes a deployment
+(``glmops_model`` set) it is validated first: bad input prints every problem and exits 2
+with no host contacted. Exit codes: 0 ok, 1 a host failed (a precheck, a task,
+unreachable), 2 bad input.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from glmops import runner
+
+INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
+                         help="Ansible inventory (directory or file).")
+LIMIT = click.option("--limit", default=None, help="Ansible --limit pattern.")
+PRECHECK_TASK = "glmops output prechecks"
+
+
+def has_deployment(inventory: str) -> bool:
+    """True when any host of ``inventory`` sets ``glmops_model`` (read with Ansible's own API)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[inventory])
+    variables = VariableManager(loader=loader, inventory=inv)
+    return any("glmops_model" in variables.get_vars(host=h) for h in inv.get_hosts())
+
+
+def _validate(inventory: str) -> None:
+    if has_deployment(inventory):
+        from glmops.commands.deploy import load_plan
+
+        load_plan(inventory, None)  # exits 2 printing every problem
+
+
+def reports(result: runner.RunResult) -> dict[str, dict[str, Any]]:
+    """Per host, the precheck report of the run (see glmops.prechecks.report); a host that
+    failed or was unreachable before reporting gets ``{ok: false, failed: [its error]}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in result.outputs:
+        if item["task"] == PRECHECK_TASK and isinstance(item["res"].get("report"), dict):
+            out[item["host"]] = item["res"]["report"]
+    for host, stats in result.hosts.items():
+        if host not in out and host != "localhost" and stats.state != "ok":
+            out[host] = {"host": host, "ok": False, "failed": [f"{host}: {m}" for m in stats.messages] or
+                         [f"{host}: {stats.state}"], "warnings": [], "checks": []}
+    return out
+
+
+def print_reports(nodes: dict[str, dict[str, Any]], console: Console) -> None:
+    """A table per node: check, result, found, needed; then every failure line."""
+    table = Table(title="glmops check")
+    for col in ("host", "check", "result", "found", "needed"):
+        table.add_column(col)
+    for host, rep in sorted(nodes.items()):
+        for c in rep.get("checks", []):
+            state = "ok" if c["ok"] else ("WARN" if c.get("severity") == "warn" else "FAILED")
+            table.add_row(host, c["check"], state, str(c["found"]), str(c["needed"]))
+    console.print(table)
+    for host, rep in sorted(nodes.items()):
+        for line in rep.get("failed", []):
+            console.print(f"FAILED {line}", markup=False)
+        for line in rep.get("warnings", []):
+            console.print(f"warning {line}", markup=False)
+
+
+@click.command("provision")
+@INVENTORY
+@click.option("--check", is_flag=True, help="Change nothing; show what would change.")
+@click.option("--diff", is_flag=True, help="Show the changes to files.")
+@LIMIT
+@click.option("--no-reboot", is_flag=True,
+              help="Never reboot; report hosts whose new driver needs one (nvidia_driver_reboot=false).")
+@click.option("--upgrade-driver", is_flag=True,
+              help="Allow replacing an installed driver branch: unhold, upgrade driver and fabric manager "
+                   "together, hold again (nvidia_driver_upgrade=true).")
+def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
+    """Install the NVIDIA driver branch (fabric manager and nvlsm in lockstep, held), the
+    container toolkit, and run every precheck."""
+    console = Console(highlight=False)
+    _validate(inventory)
+    extravars: dict[str, Any] = {}
+    if no_reboot:
+        extravars["nvidia_driver_reboot"] = False
+    if upgrade_driver:
+        extravars["nvidia_driver_upgrade"] = True
+    result = runner.run("provision", "provision.yml", inventory, extravars,
+                        check=check, diff=diff, limit=limit, console=console)
+    runner.print_summary(result, console)
+    nodes = reports(result)
+    if nodes and not check:
+        print_reports(nodes, console)
+    sys.exit(0 if result.ok else 1)
+
+
+@click.command("check")
+@INVENTORY
+@LIMIT
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document: a report per node.")
+def check(inventory, limit, as_json):
+    """Check every host against what the deployment needs (OS, GPUs, driver, fabric manager,
+    disk, /dev/shm, memlock, ports, time sync, RDMA devices); report all failures at once."""
+    console = Console(highlight=False, stderr=as_json)
+    _validate(inventory)
+    result = runner.run("check", "check.yml", inventory, {}, limit=limit,
+                        console=Console(stderr=True), quiet=as_json)
+    nodes = reports(result)
+    ok = result.ok and bool(nodes) and all(r["ok"] for r in nodes.values())
+    if as_json:
+        click.echo(json.dumps({"ok": ok, "nodes": nodes, "artifacts": str(result.artifacts)}, indent=2))
+    else:
+        print_reports(nodes, console)
+        for failure in result.failures:
+            if "precheck(s) failed" not in failure:
+                console.print(f"failed {failure}", markup=False)
+        console.print(f"run artifacts: {result.artifacts}")
+    sys.exit(0 if ok else 1)

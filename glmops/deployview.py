@@ -1,0 +1,186 @@
+"""The Plan as the playbooks see it: plain dicts, every file rendered, secrets apart.
+
+``plan_view(inventory, topology)`` is what the ``glmops_plan`` action plugin returns
+to the playbooks (and what ``glmops status``/``logs`` read on the controller):
+validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan checks) and render
+(``glmops.render``) in one call. Shape::
+
+    {deployment, model, served_model_name, engine, topology, endpoint_url, smoke, notes,
+     service_user, config_dir, state_dir, readiness_timeout_s, runtime, engine_version,
+     target_name,                       # glm-<dep>.target
+     unit_glob,                         # glm-<dep>-*.service: what belongs to this deployment
+     services: [service view],          # all, in start order
+     hosts: {host: {units: [unit], runtimes: [{engine, version, venv}], target: file + {name},
+                    workers: bundle, routers: bundle}},
+       bundle: {services: [service view], files: [file], secret_files: [file]}
+     worker_hosts: [host], router_hosts: [host]}
+
+    service view: {name, unit, host, role, pool, engine, address, port, url, gpus,
+                   health_url, ready_url, start_order, replica, runtime, image,
+                   paths: [every file path the unit depends on, unit file first]}
+    file:         {path, content (str), mode, owner, group, service, sha256}
+
+Env files (mode 0600) are ``secret_files``: only tasks with ``no_log`` touch them. A
+service view never carries file contents, so looping over services never leaks.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+
+from glmops.model import Deployment, Plan, Problem, Service
+
+ROUTER_ORDER = 50  # Service.start_order at or above this: router/orchestrator/frontend
+UNIT_DIR = "/etc/systemd/system"
+
+
+class PlanProblems(Exception):
+    """The inventory has problems; ``problems`` lists every one (glmops.model.Problem)."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def plan_view(inventory: str, topology: str | None = None) -> dict[str, Any]:
+    """Validate + plan + render the deployment in ``inventory`` (a path).
+
+    Raises :class:`PlanProblems` with every problem when the rules (or the loader)
+    find any; nothing is contacted.
+    """
+    from glmops import inventory as inv
+    from glmops import rules
+    from glmops.model import ValidationError
+
+    try:
+        dep = inv.load_deployment(inventory, topology=topology)
+    except ValidationError as exc:
+        raise PlanProblems(exc.problems) from exc
+    # the same function `glmops validate` runs: rules, plan, then the plan's port/config checks
+    plan, problems = rules.validate(dep)
+    if problems or plan is None:
+        raise PlanProblems(problems)
+    return view(dep, plan)
+
+
+def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
+    """Turn a Deployment and its Plan into the playbooks' dict (see module docstring)."""
+    from glmops import render
+    from glmops.checkpoint import plan_view as checkpoint_view
+
+    target = render.target_name(dep)
+    out: dict[str, Any] = {
+        "deployment": plan.deployment,
+        "model": plan.model,
+        "served_model_name": plan.served_model_name,
+        "engine": plan.engine,
+        "topology": plan.topology,
+        "endpoint_url": plan.endpoint_url,
+        "endpoint_ready_url": _endpoint_ready_url(plan),
+        "smoke": list(plan.smoke),
+        "notes": list(plan.notes),
+        "service_user": dep.service_user,
+        "config_dir": f"{dep.config_dir}/{plan.deployment}",
+        "state_dir": dep.state_dir,
+        "checkpoint_dir": dep.checkpoint.local_dir,
+        "checkpoint": checkpoint_view(dep, plan),  # roles/checkpoint (glmops.checkpoint.plan_view)
+        "readiness_timeout_s": int(dep.readiness_timeout_s),
+        "runtime": dep.runtime,
+        "engine_version": dep.engine_version,
+        "target_name": target,
+        "unit_glob": f"glm-{plan.deployment}-*.service",
+        "services": [],
+        "hosts": {},
+        "worker_hosts": [],
+        "router_hosts": [],
+    }
+    ordered = sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name))
+    for svc in ordered:
+        files, secrets = _files(dep, plan, svc)
+        sview = _service_view(svc, [f["path"] for f in files + secrets])
+        out["services"].append(sview)
+        host = out["hosts"].get(svc.host)
+        if host is None:
+            tfile = _file(f"{UNIT_DIR}/{target}", render.target_text(dep, plan, svc.host), "0644", "root", "")
+            tfile["name"] = target
+            host = out["hosts"][svc.host] = {
+                "units": [], "runtimes": [], "target": tfile, "workers": _bundle(), "routers": _bundle()}
+        runtime = _runtime(dep, svc)
+        if runtime and runtime not in host["runtimes"]:
+            host["runtimes"].append(runtime)
+        kind = "routers" if svc.start_order >= ROUTER_ORDER else "workers"
+        host["units"].append(svc.unit)
+        host[kind]["services"].append(sview)
+        host[kind]["files"].extend(files)
+        host[kind]["secret_files"].extend(secrets)
+        group = "router_hosts" if kind == "routers" else "worker_hosts"
+        if svc.host not in out[group]:
+            out[group].append(svc.host)
+    return out
+
+
+def _runtime(dep: Deployment, svc: Service) -> dict[str, str] | None:
+    """The venv a venv-runtime service runs from: {engine, version, venv}, else None."""
+    from glmops.engines import base
+
+    if svc.runtime != "venv" or not svc.argv:
+        return None
+    venv = base.venv_dir(dep, svc.engine)
+    if not svc.argv[0].startswith(venv + "/"):
+        return None
+    return {"engine": svc.engine, "version": base.engine_version(dep, svc.engine), "venv": venv}
+
+
+def _bundle() -> dict[str, list]:
+    return {"services": [], "files": [], "secret_files": []}
+
+
+def _endpoint_ready_url(plan: Plan) -> str:
+    """The one-token URL of the endpoint: the front door's ``ready_url``."""
+    for svc in plan.services:
+        if svc.ready_url and svc.ready_url.startswith(plan.endpoint_url.rstrip("/") + "/"):
+            return svc.ready_url
+    return plan.endpoint_url.rstrip("/") + "/v1/completions"
+
+
+def _service_view(svc: Service, paths: list[str]) -> dict[str, Any]:
+    return {
+        "name": svc.name,
+        "unit": svc.unit,
+        "host": svc.host,
+        "role": svc.role,
+        "pool": svc.role if svc.role in ("agg", "prefill", "decode") else "router",
+        "engine": svc.engine,
+        "address": svc.address,
+        "port": svc.port,
+        "url": f"http://{svc.address}:{svc.port}",
+        "gpus": list(svc.gpus),
+        "health_url": svc.health_url,
+        "ready_url": svc.ready_url,
+        "start_order": svc.start_order,
+        "replica": svc.replica,
+        "runtime": svc.runtime,
+        "image": svc.image,
+        "paths": paths,
+    }
+
+
+def _file(path: str, content: str, mode: str, group: str, service: str) -> dict[str, str]:
+    return {"path": path, "content": content, "mode": f"{int(str(mode), 8):04o}", "owner": "root",
+            "group": group or "root", "service": service,
+            "sha256": hashlib.sha256(content.encode()).hexdigest()}
+
+
+def _files(dep: Deployment, plan: Plan, svc: Service) -> tuple[list[dict], list[dict]]:
+    """(plain files, secret files) of one service: its unit, its env file (0600, secret)
+    and its engine config files (group: the service user; 0600 ones are secret)."""
+    from glmops import render
+
+    files = [_file(f"{UNIT_DIR}/{svc.unit}", render.unit_text(dep, svc, plan), "0644", "root", svc.name)]
+    secrets = [_file(render.env_path(dep, svc), render.env_text(dep, svc), "0600", "root", svc.name)]
+    for cf in svc.files:
+        entry = _file(cf.path, render.config_text(cf), cf.mode, dep.service_user, svc.name)
+        (secrets if cf.format == "env" or entry["mode"] == "0600" else files).append(entry)
+    return files, secrets
+

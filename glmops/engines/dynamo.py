@@ -1,0 +1,164 @@
+"""NVIDIA Dynamo: ``python -m dynamo.frontend`` over ``python -m dynamo.vllm`` or
+``python -m dynamo.sglang`` workers.
+
+Sources: seeds/001 (the Dynamo recipes: vLLM on H200/GB200, SGLang on B200/GB200,
+KV-aware or round-robin routing, worker KV events, ``DYN_HEALTH_CHECK_REQUEST_TIMEOUT``),
+reference/serving-clis.md §4 (frontend ``--http-host --http-port --router-mode
+--kv-cache-block-size --discovery-backend --request-plane --event-plane``; workers take
+Dynamo flags plus the engine's own; ``dynamo.vllm`` rejects vLLM frontend flags, so
+parsers are ``--dyn-tool-call-parser``/``--dyn-reasoning-parser``; ``--headless`` for
+secondary nodes; ``DYN_SYSTEM_PORT`` serves a worker's ``/health``; etcd is the default
+discovery store, ``file`` works on one host), lab-recipe/FINDINGS.md (``DYN_*_HOST``
+advertise addresses, ``DYN_FILE_KV``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from glmops.engines import base, sglang, vllm
+from glmops.engines.base import CATALOG, Ctx, Placement
+from glmops.model import PoolSpec, Service
+
+ENGINE = "dynamo"
+ADVERTISE_VARS = ("DYN_TCP_RPC_HOST", "DYN_EVENT_PLANE_HOST", "DYN_TCP_RESPONSE_STREAM_HOST",
+                  "DYN_HTTP_RPC_HOST", "DYN_SYSTEM_HOST")
+
+
+def discovery(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
+    """Flags and env for discovery: ``file`` under the state dir when every service is
+    on one host; otherwise etcd on the front door's host (``ETCD_ENDPOINTS``; the
+    router role provisions etcd there). Requests over TCP, events over ZMQ (1.6.1
+    defaults, no NATS)."""
+    dep = ctx.dep
+    flags: dict[str, Any] = {"request-plane": "tcp", "event-plane": "zmq"}
+    if len(ctx.hosts_used) <= 1:
+        flags["discovery-backend"] = "file"
+        env = {"DYN_FILE_KV": f"{dep.state_dir}/{dep.name}/dynamo-kv"}
+    else:
+        flags["discovery-backend"] = "etcd"
+        front = dep.hosts[ctx.front_host]
+        env = {"ETCD_ENDPOINTS": base.url(front.address, base.PORT_BASES["etcd"])}
+    return flags, env
+
+
+# engine-neutral policy names (recipes.yaml layouts, RouterSpec.policy) -> --router-mode
+ROUTER_MODES = {"kv_aware": "kv", "cache_aware": "kv", "kv": "kv", "round_robin": "round-robin",
+                "power_of_two": "power-of-two", "least_loaded": "least-loaded", "random": "random",
+                "direct": "direct", "device_aware_weighted": "device-aware-weighted"}
+
+
+def router_mode(dep) -> str:
+    """Dynamo ``--router-mode`` for the deployment's router policy (hyphenated; the
+    frontend rejects ``round_robin``). Unknown names pass through hyphenated."""
+    from glmops.plan import router_kind
+
+    _, policy = router_kind(dep)
+    key = (policy or "round_robin").replace("-", "_")
+    return ROUTER_MODES.get(key, key.replace("_", "-"))
+
+
+def router_policy(ctx: Ctx) -> str:
+    """:func:`router_mode` for the context's deployment."""
+    return router_mode(ctx.dep)
+
+
+def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Service]:
+    """One Dynamo worker Service per node (backend from ``glmops_dynamo_backend``)."""
+    dep = ctx.dep
+    backend = base.backend_of(dep)
+    st = base.settings_for(dep, pool)
+    disc_flags, disc_env = discovery(ctx)
+    kv_route = router_policy(ctx) == "kv"
+    services: list[Service] = []
+    head_ports: dict[str, list[int]] = {}
+    for rank, node in enumerate(pl.nodes):
+        alloc = ctx.alloc(node.host.name)
+        if backend == "sglang":
+            ports = sglang.node_ports(ctx, pool, pl, rank, http=False)
+            if rank == 0:
+                head_ports = ports
+            args = sglang.engine_args(ctx, pool, pl, st, head_ports, dynamo=True)
+            argv = base.command(dep, ENGINE, "python -m dynamo.sglang") + [
+                "--model-path", dep.checkpoint.local_dir, "--served-model-name", dep.served_model_name]
+            argv += base.render_flags(args) + base.render_flags(sglang.multinode_args(pl, rank, head_ports))
+            env = sglang.worker_env(ctx, pool, pl, rank, st, engine_key=ENGINE)
+        else:
+            ports = vllm.node_ports(ctx, pool, pl, rank, st, None, kv_events=kv_route and rank == 0, http=False)
+            if rank == 0:
+                head_ports = ports
+            args = vllm.engine_args(ctx, pool, pl, st, dynamo=True)
+            if dep.topology == "disagg" and pool.role != "agg":
+                args["disaggregation-mode"] = pool.role
+            if "kv_events" in ports:
+                args["kv-events-config"] = {"enable_kv_cache_events": True, "publisher": "zmq",
+                                            "endpoint": f"tcp://*:{ports['kv_events'][0]}", "topic": "kv-events"}
+            argv = base.command(dep, ENGINE, "python -m dynamo.vllm") + [
+                "--model", dep.checkpoint.local_dir, "--served-model-name", dep.served_model_name]
+            argv += base.render_flags(args)
+            argv += base.render_flags(vllm.multinode_args(ctx, pool, pl, rank, head_ports))
+            env = vllm.worker_env(ctx, pool, pl, rank, st, ports, engine_key=ENGINE)
+        if rank == 0 or backend == "sglang":
+            argv += base.render_flags(disc_flags)
+        system = alloc.take(base.PORT_BASES["system"])
+        ports["system"] = system
+        env.update(disc_env)
+        env["DYN_SYSTEM_PORT"] = str(system[0])
+        for var in ADVERTISE_VARS:
+            env[var] = node.host.address
+        services.append(Service(
+            name=base.service_name(dep, pool.role, replica, rank), host=node.host.name, role=pool.role,
+            engine=ENGINE, address=node.host.address, port=system[0], gpus=list(node.gpus), ports=ports,
+            argv=argv, env=env,
+            health_url=base.url(node.host.address, system[0], "/health"),
+            # a Dynamo worker has no OpenAI endpoint: its /health runs the canary request
+            # (DYN_HEALTH_CHECK_REQUEST_TIMEOUT); the one-token request goes through the frontend
+            ready_url="",
+            start_order=base.ORDER_FOLLOWER if rank else base.ORDER_WORKER,
+            replica=replica, node_rank=rank, nnodes=pl.nnodes, runtime=dep.runtime,
+            image=base.image_for(dep, "vllm" if backend == "vllm" else ENGINE),
+        ))
+    services[0].depends_on = [s.name for s in services[1:]]
+    return services
+
+
+def block_size(ctx: Ctx) -> int | None:
+    """KV block size the KV router hashes with: SGLang page size (seed 001: 64) or the
+    vLLM ``block-size`` flag (vLLM's CUDA default 16)."""
+    dep = ctx.dep
+    if base.backend_of(dep) == "sglang":
+        return CATALOG.engine("sglang").get("page_size")
+    sizes = []
+    for pool in dep.pools:
+        st = base.settings_for(dep, pool)
+        args = base.merge_args(st.recipe.args, dep.engine_args, pool.engine_args)
+        sizes.append(int(args.get("block-size", 16)))
+    return sizes[0] if sizes else None
+
+
+def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
+    """The Dynamo frontend on the front door host."""
+    dep = ctx.dep
+    host = dep.hosts[ctx.front_host]
+    port = ctx.front_port
+    mode = router_policy(ctx)
+    flags: dict[str, Any] = {"http-host": host.address, "http-port": port, "router-mode": mode}
+    if mode == "kv":
+        flags["kv-cache-block-size"] = block_size(ctx)
+    disc_flags, disc_env = discovery(ctx)
+    flags.update(disc_flags)
+    flags.update({k: v for k, v in dep.router.args.items() if k != "backend"})
+    image = base.image_for(dep, ENGINE)
+    argv = base.command(dep, ENGINE, runtime=dep.runtime if image else "venv") + base.render_flags(flags)
+    env = base.front_env(dep)
+    env.update(disc_env)
+    for var in ADVERTISE_VARS:
+        env[var] = host.address
+    env.update(base.offline_env(dep))
+    return [Service(
+        name=base.service_name(dep, "frontend"), host=host.name, role="frontend", engine=ENGINE,
+        address=host.address, port=port, ports={"http": [port]}, argv=argv, env=env,
+        health_url=base.url(host.address, port, "/health"),
+        ready_url=base.url(host.address, port, "/v1/completions"),
+        start_order=base.ORDER_FRONT, depends_on=[w.name for w in workers if w.node_rank == 0],
+        runtime=dep.runtime if image else "venv", image=image,
+    )]

@@ -1,0 +1,283 @@
+"""vLLM workers (``vllm serve``) and the vllm-router front door.
+
+Sources: seeds/002 (TP4 MTP5 command, prefill/decode pools with their env, the
+vllm-router PD command), seeds/004 (GLM-5.3 serve commands per hardware),
+reference/serving-clis.md §1-2 (flags, multi-node: ``--nnodes --node-rank
+--master-addr --master-port`` + ``--headless`` for TP/PP; ``-dp -dpl -dpa -dpp`` +
+``-dpr --headless`` for DP; ``VLLM_NIXL_SIDE_CHANNEL_PORT`` is one port per DP rank),
+lab-recipe/FINDINGS.md (CPU: ``python -m vllm.entrypoints.openai.api_server --model
+DIR`` with ``VLLM_CPU_KVCACHE_SPACE``; PD with ExampleConnector + shared_storage_path).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from glmops.engines import base
+from glmops.engines.base import CATALOG, Ctx, Placement, Settings
+from glmops.model import PoolSpec, Service
+
+ENGINE = "vllm"
+CPU_ENTRY = "python -m vllm.entrypoints.openai.api_server"
+# Dynamo's vLLM workers publish KV events for the KV router on this base (+1 per worker on a host).
+KV_EVENTS_BASE = 20080
+# KV roles per pool role (seed 002: NixlConnector kv_producer / kv_consumer).
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer", "agg": "kv_both"}
+
+
+def is_cpu(ctx: Ctx) -> bool:
+    """True for hardware without GPUs (the lab's ``cpu``): vLLM-CPU entry point, no NIXL."""
+    return CATALOG.hardware(ctx.dep.hardware).get("vendor") in (None, "none")
+
+
+def kv_transfer_config(ctx: Ctx, pool: PoolSpec, st: Settings, role_both: bool = False) -> dict[str, Any] | None:
+    """``--kv-transfer-config`` for a disaggregated pool (None when aggregated).
+
+    Connector from the recipe (seed 002: NixlConnector; lab: ExampleConnector with a
+    ``shared_storage_path`` under the deployment's state dir). ``role_both`` gives
+    ``kv_both`` on both pools (Dynamo's disagg launch example).
+    """
+    if ctx.dep.topology != "disagg" or pool.role == "agg":
+        return None
+    kt = dict(st.recipe.kv_transfer)
+    cfg: dict[str, Any] = {"kv_connector": kt.pop("kv_connector", "NixlConnector")}
+    cfg["kv_role"] = "kv_both" if (role_both or kt.pop("kv_role_both", False)) else KV_ROLE[pool.role]
+    kt.pop("kv_role_both", None)
+    extra = dict(kt.pop("kv_connector_extra_config", {}) or {})
+    if cfg["kv_connector"] == "ExampleConnector" and "shared_storage_path" not in extra:
+        extra["shared_storage_path"] = f"{ctx.dep.state_dir}/{ctx.dep.name}/kv-shared"
+    cfg.update(kt)
+    if extra:
+        cfg["kv_connector_extra_config"] = extra
+    return cfg
+
+
+def speculative_config(st: Settings) -> dict[str, Any] | None:
+    """Engine-neutral ``{method: mtp, num_speculative_tokens: N}`` -> vLLM JSON (same keys)."""
+    if not st.speculative:
+        return None
+    spec = dict(st.speculative)
+    spec["method"] = str(spec.get("method", "mtp")).lower()
+    return spec
+
+
+def engine_args(ctx: Ctx, pool: PoolSpec, pl: Placement, st: Settings, *, dynamo: bool = False) -> dict[str, Any]:
+    """vLLM engine flags for one replica (no model, host, port or multi-node flags).
+
+    Precedence (low -> high): derived from pool/settings, recipe args, ROCm args from the
+    catalog, ``glmops_engine_args``, pool ``engine_args``.
+    """
+    dep = ctx.dep
+    derived: dict[str, Any] = {"tensor-parallel-size": pool.tp}
+    if pool.pp > 1:
+        derived["pipeline-parallel-size"] = pool.pp
+    if pool.dp > 1:
+        derived["data-parallel-size"] = pool.dp
+    if pool.ep > 1:
+        derived["enable-expert-parallel"] = True
+    kv = base.engine_kv_dtype(ENGINE, st.kv_cache_dtype)
+    if kv != "auto":
+        derived["kv-cache-dtype"] = kv
+    if st.max_seq_len is not None:
+        derived["max-model-len"] = st.max_seq_len
+    if st.max_batch_size is not None:
+        derived["max-num-seqs"] = st.max_batch_size
+    if st.max_num_tokens is not None:
+        derived["max-num-batched-tokens"] = st.max_num_tokens
+    spec = speculative_config(st)
+    if spec:
+        derived["speculative-config"] = spec
+    if st.parsers:
+        parsers = CATALOG.parsers(dep.model, "dynamo" if dynamo else ENGINE)
+        prefix = "dyn-" if dynamo else ""
+        if parsers.get("tool"):
+            derived[f"{prefix}tool-call-parser"] = parsers["tool"]
+            if not dynamo:
+                derived["enable-auto-tool-choice"] = True
+        if parsers.get("reasoning"):
+            derived[f"{prefix}reasoning-parser"] = parsers["reasoning"]
+    kvt = kv_transfer_config(ctx, pool, st, role_both=dynamo)
+    if kvt:
+        derived["kv-transfer-config"] = kvt
+    rocm = {}
+    if CATALOG.hardware(dep.hardware).get("vendor") == "amd":
+        rocm = dict(CATALOG.engine(ENGINE).get("rocm_args") or {})
+    recipe_args = dict(st.recipe.args)
+    if not st.parsers:
+        recipe_args.pop("enable-auto-tool-choice", None)
+    if dynamo:
+        # dynamo.vllm rejects vLLM's frontend flags (reference/serving-clis.md §4)
+        recipe_args.pop("enable-auto-tool-choice", None)
+    return base.merge_args(derived, recipe_args, rocm, dep.engine_args, pool.engine_args)
+
+
+def multinode_args(ctx: Ctx, pool: PoolSpec, pl: Placement, rank: int, head_ports: dict[str, list[int]]) -> dict[str, Any]:
+    """Multi-node launch flags for node ``rank`` (reference/serving-clis.md "Multi-node")."""
+    if pl.nnodes == 1:
+        return {}
+    head = pl.head.host.address
+    if pool.dp > 1:
+        local = pool.dp // pl.nnodes
+        args: dict[str, Any] = {
+            "data-parallel-size-local": local,
+            "data-parallel-address": head,
+            "data-parallel-rpc-port": head_ports["dp_rpc"][0],
+        }
+        if rank:
+            args["data-parallel-start-rank"] = rank * local
+            args["headless"] = True
+        return args
+    args = {
+        "nnodes": pl.nnodes,
+        "node-rank": rank,
+        "master-addr": head,
+        "master-port": head_ports["dist_init"][0],
+    }
+    if rank:
+        args["headless"] = True
+    return args
+
+
+def side_channel_count(pool: PoolSpec, pl: Placement) -> int:
+    """NIXL side-channel ports per node: one per local DP rank (vLLM >= 0.29
+    ``nixl/base_scheduler.py``: base + DP index; reference/serving-clis.md)."""
+    return max(1, pool.dp // max(1, pl.nnodes))
+
+
+def node_ports(ctx: Ctx, pool: PoolSpec, pl: Placement, rank: int, st: Settings, http_want: int | None,
+               kv_events: bool = False, http: bool = True) -> dict[str, list[int]]:
+    """Allocate this node's ports (HTTP, NIXL side channel per DP rank, dist-init on the head)."""
+    host = pl.nodes[rank].host
+    alloc = ctx.alloc(host.name)
+    ports: dict[str, list[int]] = {}
+    if http and (rank == 0):
+        ports["http"] = alloc.take(base.PORT_BASES["http"], 1, want=http_want)
+    if ctx.dep.topology == "disagg" and pool.role != "agg" and not is_cpu(ctx):
+        env = {**ctx.dep.env, **pool.env}
+        want = env.get("VLLM_NIXL_SIDE_CHANNEL_PORT")
+        default = (st.recipe.settings.get("ports") or {}).get("nixl_side_channel") or \
+            (CATALOG.engine(ENGINE).get("ports") or {}).get("nixl_side_channel", 5600)
+        ports["nixl_side_channel"] = alloc.take(int(default), side_channel_count(pool, pl),
+                                                want=int(want) if want else None)
+    if kv_events:
+        ports["kv_events"] = alloc.take(KV_EVENTS_BASE, side_channel_count(pool, pl))
+    if pl.nnodes > 1 and rank == 0:
+        if pool.dp > 1:
+            ports["dp_rpc"] = alloc.take(base.PORT_BASES["dp_rpc"])
+        else:
+            ports["dist_init"] = alloc.take(base.PORT_BASES["dist_init"])
+    return ports
+
+
+def worker_env(ctx: Ctx, pool: PoolSpec, pl: Placement, rank: int, st: Settings,
+               ports: dict[str, list[int]], engine_key: str = ENGINE) -> dict[str, str]:
+    """Env for one vLLM node: devices, disagg layout pins (identical on both pools,
+    F01/F04), NIXL side channel host/port (own address, F05), UCX NIC (F06), offline (F12)."""
+    dep = ctx.dep
+    node = pl.nodes[rank]
+    env: dict[str, str] = {}
+    env.update(base.visible_devices(dep, node.gpus))
+    eng = CATALOG.engine(ENGINE)
+    disagg = dep.topology == "disagg" and pool.role != "agg"
+    if disagg and not is_cpu(ctx):
+        env.update({k: str(v) for k, v in (eng.get("disagg_env") or {}).items()})
+        env.update(base.transport_env(dep, [node.host], ("UCX_", "NIXL_")))
+    if "nixl_side_channel" in ports:
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = node.host.address
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(ports["nixl_side_channel"][0])
+    if pl.nnodes > 1:
+        env["VLLM_HOST_IP"] = node.host.address
+    env.update(base.base_env(dep, pool, st.recipe, ENGINE))
+    if engine_key != ENGINE:
+        env.update({k: str(v) for k, v in (CATALOG.engine(engine_key).get("env") or {}).items()})
+    # the side channel must advertise this node's own address even if env overrides gave a port
+    if "nixl_side_channel" in ports:
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = node.host.address
+    return env
+
+
+def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Service]:
+    """One ``vllm serve`` Service per node of the replica (followers ``--headless``)."""
+    dep = ctx.dep
+    st = base.settings_for(dep, pool)
+    args = engine_args(ctx, pool, pl, st)
+    services: list[Service] = []
+    head_ports: dict[str, list[int]] = {}
+    for rank, node in enumerate(pl.nodes):
+        headless = rank > 0
+        ports = node_ports(ctx, pool, pl, rank, st, pl.http_want, http=not headless)
+        if rank == 0:
+            head_ports = ports
+        if is_cpu(ctx):
+            argv = base.command(dep, ENGINE, CPU_ENTRY) + ["--model", dep.checkpoint.local_dir]
+        else:
+            argv = base.command(dep, ENGINE) + ["serve", dep.checkpoint.local_dir]
+        argv += ["--served-model-name", dep.served_model_name]
+        if not headless:
+            argv += ["--host", node.host.address, "--port", str(ports["http"][0])]
+        argv += base.render_flags(args)
+        argv += base.render_flags(multinode_args(ctx, pool, pl, rank, head_ports))
+        env = worker_env(ctx, pool, pl, rank, st, ports)
+        name = base.service_name(dep, pool.role, replica, rank)
+        http = ports.get("http", [0])[0]
+        svc = Service(
+            name=name, host=node.host.name, role=pool.role, engine=ENGINE, address=node.host.address,
+            port=http, gpus=list(node.gpus), ports=ports, argv=argv, env=env,
+            health_url=base.url(node.host.address, http, "/health") if http else "",
+            ready_url=base.url(node.host.address, http, "/v1/completions") if http else "",
+            start_order=base.ORDER_FOLLOWER if headless else base.ORDER_WORKER,
+            replica=replica, node_rank=rank, nnodes=pl.nnodes, runtime=dep.runtime,
+            image=base.image_for(dep, ENGINE),
+        )
+        services.append(svc)
+    services[0].depends_on = [s.name for s in services[1:]]
+    return services
+
+
+# --------------------------------------------------------------------------- router
+
+
+def router_service(ctx: Ctx, workers: list[Service], *, name_role: str = "router") -> Service:
+    """vllm-router in front of ``workers``: PD mode when there are prefill/decode
+    workers (seed 002 command), else round robin over ``--worker-urls``."""
+    dep = ctx.dep
+    host = router_host(ctx, workers)
+    rport = ctx.front_port
+    rs = dep.router
+    policy = rs.policy or "round_robin"
+    heads = [w for w in workers if w.node_rank == 0 and w.port]
+    prefill = [w for w in heads if w.role == "prefill"]
+    decode = [w for w in heads if w.role == "decode"]
+    argv = base.command(dep, "vllm_router", runtime="venv") + ["--policy", policy]
+    if prefill and decode:
+        argv.append("--vllm-pd-disaggregation")
+        for w in prefill:
+            argv += ["--prefill", base.url(w.address, w.port)]
+        for w in decode:
+            argv += ["--decode", base.url(w.address, w.port)]
+    else:
+        argv += ["--worker-urls"] + [base.url(w.address, w.port) for w in heads]
+    argv += ["--host", host.address, "--port", str(rport), "--intra-node-data-parallel-size", "1"]
+    extra = {k: v for k, v in rs.args.items() if k not in ("backend",)}
+    argv += base.render_flags(extra)
+    prom = (CATALOG.engine("vllm_router").get("ports") or {}).get("prometheus", 29000)
+    ports = {"http": [rport], "metrics": ctx.alloc(host.name).take(int(prom))}
+    env = base.front_env(dep)
+    return Service(
+        name=base.service_name(dep, name_role), host=host.name, role="router", engine="vllm_router",
+        address=host.address, port=rport, ports=ports, argv=argv, env=env,
+        health_url=base.url(host.address, rport, "/health"),
+        ready_url=base.url(host.address, rport, "/v1/completions"),
+        start_order=base.ORDER_FRONT, depends_on=[w.name for w in heads], runtime="venv",
+    )
+
+
+def router_host(ctx: Ctx, workers: list[Service]):
+    """RouterSpec.host, else the first worker's host."""
+    dep = ctx.dep
+    name = dep.router.host or (workers[0].host if workers else next(iter(dep.hosts)))
+    return dep.hosts[name]
+
+
+def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
+    """The vllm-router front door (see :func:`router_service`)."""
+    return [router_service(ctx, workers)]

@@ -1,0 +1,610 @@
+"""Read an Ansible inventory into a :class:`~glmops.model.Deployment`.
+
+The inventory is parsed by Ansible itself (``DataLoader`` + ``InventoryManager``); group and
+host variables from ``group_vars/`` and ``host_vars/`` come from Ansible's vars plugins
+(``get_vars_from_inventory_sources``), once per group and only for hosts that have host vars,
+then layered per host in Ansible's precedence order (``all`` inventory vars < other groups'
+inventory vars < ``group_vars/all`` < ``group_vars/<group>`` < host inventory vars <
+``host_vars/<host>``; groups sorted by depth, priority, name). That is what
+``ansible-inventory --list`` shows, without its per-host ``VariableManager.get_vars`` cost.
+
+The variables (``VARIABLES``, ``POOL_KEYS``, ``ROUTER_KEYS``, ``CHECKPOINT_KEYS``,
+``HOST_VARIABLES``) are defined in ``glmops.variables``, which also renders docs/variables.md.
+
+Type and shape errors do not raise one by one: they are collected as
+:class:`~glmops.model.Problem` in ``deployment.extra["problems"]`` (the value falls back to
+its default), and ``glmops.rules.check`` returns them with every other problem. Only an
+inventory that cannot be read at all raises :class:`~glmops.model.ValidationError`.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from typing import Any, Callable
+
+from glmops.model import (
+    CheckpointSpec,
+    Deployment,
+    HostSpec,
+    PoolSpec,
+    Problem,
+    RouterSpec,
+    ValidationError,
+)
+
+# The user-facing variables live in glmops.variables (one Var per variable, argument_specs shape).
+from glmops.variables import CHECKPOINT_KEYS, HOST_VARIABLES, POOL_KEYS, ROUTER_KEYS, VARIABLES, Var  # noqa: E402
+
+TOPOLOGY_KEYS = ("pools", "router")
+# TensorRT-LLM names (seed 000) accepted for pool roles.
+ROLE_ALIASES = {"context": "prefill", "generation": "decode"}
+POOL_ROLES = ("agg", "prefill", "decode")
+WORKERS_GROUP = "glmops_workers"
+ROUTERS_GROUP = "glmops_routers"
+# Variables whose value must be the same for every worker host.
+_DEPLOYMENT_WIDE = tuple(VARIABLES)
+
+# Ansible's type converters: the same leniency as argument_specs ("8" -> 8, "yes" -> True).
+_CHECKERS: dict[str, Callable[[Any], Any]] | None = None
+
+
+def _checkers() -> dict[str, Callable[[Any], Any]]:
+    global _CHECKERS
+    if _CHECKERS is None:
+        from ansible.module_utils.common import validation as v
+
+        def _str(value: Any) -> str:
+            if isinstance(value, (dict, list, bool)) or value is None:
+                raise TypeError(f"{type(value).__name__} cannot be converted to a str")
+            return str(value)
+
+        def _int(value: Any) -> int:
+            if isinstance(value, bool):
+                raise TypeError("a bool is not an int")
+            return v.check_type_int(value)
+
+        def _dict(value: Any) -> dict:
+            if not isinstance(value, dict):
+                raise TypeError(f"{type(value).__name__} is not a dict")
+            return value
+
+        def _list(value: Any) -> list:
+            if isinstance(value, dict):
+                raise TypeError("a dict is not a list")
+            return v.check_type_list(value)
+
+        _CHECKERS = {"str": _str, "int": _int, "bool": v.check_type_bool, "dict": _dict, "list": _list}
+    return _CHECKERS
+
+
+_TYPE_WORDS = {"str": "a string", "int": "an integer", "bool": "a boolean", "dict": "a mapping", "list": "a list"}
+
+
+def plain(value: Any) -> Any:
+    """Return ``value`` with Ansible's tagged types (2.19 data tagging) turned into plain
+    str/int/float/dict/list, recursively. Plain values pass through."""
+    t = type(value)
+    if t is str or t is int or t is bool or t is float or value is None:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it, else absolute."""
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd()
+    if absolute == cwd:
+        return "."
+    if absolute.startswith(cwd + os.sep):
+        return os.path.relpath(absolute, cwd)
+    return absolute
+
+
+class _Reader:
+    """Collects problems and sources while turning raw values into typed ones."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.sources: dict[str, str] = {}
+
+    def problem(self, code: str, path: str, message: str, hint: str = "") -> None:
+        self.problems.append(Problem(code, path, message, hint))
+
+    def typed(self, value: Any, spec: Var, path: str) -> tuple[bool, Any]:
+        """Convert ``value`` to the spec's type. Returns (ok, value or default)."""
+        kind, default, elements = spec.type, spec.default, spec.elements
+        if value is None:
+            return True, default
+        try:
+            out = _checkers()[kind](value)
+            if kind == "list" and elements:
+                conv = _checkers()[elements]
+                out = [conv(item) for item in out]
+        except (TypeError, ValueError) as exc:
+            want = _TYPE_WORDS[kind] + (f" of {elements}s" if kind == "list" and elements else "")
+            self.problem(
+                "TYPE",
+                path,
+                f"value {value!r} is {type(plain(value)).__name__}; accepted: {want} ({exc})",
+                "fix the value's type in the inventory",
+            )
+            return False, default
+        return True, plain(out)
+
+    def unknown_keys(self, data: dict, accepted: Any, path_of: Callable[[str], str], what: str) -> None:
+        for key in data:
+            if key in accepted:
+                continue
+            close = difflib.get_close_matches(str(key), list(accepted), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"accepted {what}: {', '.join(sorted(accepted))}"
+            self.problem(
+                "UNKNOWN_KEY",
+                path_of(key),
+                f"unknown {what} {key!r}; accepted: {', '.join(sorted(accepted))}",
+                hint,
+            )
+
+
+class _Layers:
+    """Variables of an inventory, per group and per host, with the file each came from."""
+
+    def __init__(self, inventory: Any, loader: Any, display_root: str):
+        from ansible.inventory.helpers import sort_groups
+        from ansible.vars.plugins import get_vars_from_inventory_sources
+
+        self.inventory = inventory
+        self._sort_groups = sort_groups
+        self._plugin_vars = lambda entity: get_vars_from_inventory_sources(
+            loader, inventory._sources, [entity], "all"
+        )
+        self.root = display_root
+        dirs = [s if os.path.isdir(s) else os.path.dirname(s) for s in inventory._sources if s and "," not in s]
+        self.source_dirs = dirs
+        # host_vars entries that exist (name without extension) -> only those hosts pay a lookup
+        self.host_var_names: set[str] = set()
+        for d in dirs:
+            hv = os.path.join(d, "host_vars")
+            if os.path.isdir(hv):
+                for entry in os.listdir(hv):
+                    self.host_var_names.add(os.path.splitext(entry)[0] if not os.path.isdir(os.path.join(hv, entry)) else entry)
+        self._group_layers: dict[str, tuple[tuple[str, dict], tuple[str, dict]]] = {}
+
+    def _vars_file(self, kind: str, name: str) -> str:
+        for d in self.source_dirs:
+            base = os.path.join(d, kind, name)
+            for ext in ("", ".yml", ".yaml", ".json"):
+                if os.path.exists(base + ext):
+                    return _display_path(base + ext)
+        return _display_path(os.path.join(self.source_dirs[0] if self.source_dirs else ".", kind, name + ".yml"))
+
+    def _inventory_file_of(self, data: dict) -> str:
+        try:
+            from ansible._internal._datatag._tags import Origin  # ansible-core >= 2.19
+
+            for value in data.values():
+                origin = Origin.get_tag(value)
+                if origin and origin.path:
+                    return _display_path(origin.path)
+        except Exception:  # pragma: no cover - older ansible-core or untagged values
+            pass
+        return self.root
+
+    def group(self, group: Any) -> tuple[tuple[str, dict], tuple[str, dict]]:
+        """(inventory-file layer, vars-plugin layer) of ``group``: (label prefix, vars)."""
+        cached = self._group_layers.get(group.name)
+        if cached is None:
+            inv_vars = group.vars
+            inv_label = f"{self._inventory_file_of(inv_vars)}:{group.name}.vars."
+            plug = self._plugin_vars(group)
+            plug_label = f"{self._vars_file('group_vars', group.name)}:"
+            cached = ((inv_label, inv_vars), (plug_label, plug))
+            self._group_layers[group.name] = cached
+        return cached
+
+    def host_layers(self, host: Any) -> list[tuple[str, dict]]:
+        """Every layer for ``host``, lowest precedence first."""
+        groups = host.get_groups()
+        all_group = next((g for g in groups if g.name == "all"), None) or self.inventory.groups["all"]
+        others = self._sort_groups([g for g in groups if g.name != "all"])
+        all_inv, all_plug = self.group(all_group)
+        group_layers = [self.group(g) for g in others]
+        layers = [all_inv] + [g[0] for g in group_layers] + [all_plug] + [g[1] for g in group_layers]
+        host_file = host.vars.get("inventory_file") or self.root
+        layers.append((f"{_display_path(host_file)}:{host.name}.", host.vars))
+        if host.name in self.host_var_names:
+            layers.append((f"{self._vars_file('host_vars', host.name)}:", self._plugin_vars(host)))
+        return layers
+
+
+def _lookup(layers: list[tuple[str, dict]], key: str) -> tuple[Any, str | None]:
+    for label, data in reversed(layers):
+        if key in data:
+            return data[key], label + key
+    return None, None
+
+
+def _capture_parse_errors(inventory_mod: Any) -> tuple[list[str], Callable[[], None]]:
+    """Collect Ansible's inventory parse warnings/errors instead of printing them."""
+    messages: list[str] = []
+    display = inventory_mod.display
+    saved = {name: getattr(display, name) for name in ("warning", "error_as_warning")}
+
+    def warning(msg: str, *args: Any, **kwargs: Any) -> None:
+        messages.append(str(msg))
+
+    def error_as_warning(msg: str | None = None, exception: BaseException | None = None, *args: Any, **kwargs: Any) -> None:
+        messages.append(f"{msg or ''} {exception or ''}".strip())
+
+    display.warning = warning  # type: ignore[method-assign]
+    display.error_as_warning = error_as_warning  # type: ignore[method-assign]
+
+    def restore() -> None:
+        for name, fn in saved.items():
+            setattr(display, name, fn)
+
+    return messages, restore
+
+
+def _parse(inventory_path: str) -> tuple[Any, Any]:
+    """Parse with Ansible; raise ValidationError when nothing usable comes out."""
+    where = _display_path(inventory_path)
+    if not os.path.exists(inventory_path):
+        raise ValidationError([Problem("INVENTORY", where, f"inventory path {where!r} does not exist",
+                                       "pass -i with an inventory directory or file")])
+    from ansible.inventory import manager as inventory_mod
+    from ansible.parsing.dataloader import DataLoader
+
+    loader = DataLoader()
+    messages, restore = _capture_parse_errors(inventory_mod)
+    try:
+        inventory = inventory_mod.InventoryManager(loader=loader, sources=[os.path.abspath(inventory_path)])
+    except Exception as exc:  # AnsibleError and friends
+        raise ValidationError([Problem("INVENTORY", where, f"cannot parse the inventory: {exc}")]) from None
+    finally:
+        restore()
+    failures = [m for m in messages if "parse" in m.lower()]
+    if failures:
+        raise ValidationError([Problem("INVENTORY", where, msg, "fix the inventory file's syntax") for msg in failures])
+    for msg in messages:  # other warnings (e.g. group names) are Ansible's to show
+        inventory_mod.display.warning(msg)
+    if not inventory.hosts:
+        raise ValidationError([Problem("INVENTORY", where, "the inventory defines no hosts",
+                                       f"add hosts (group {WORKERS_GROUP}) to hosts.yml")])
+    return inventory, loader
+
+
+def load_deployment(
+    inventory_path: str | os.PathLike[str],
+    topology: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Deployment:
+    """Read the inventory at ``inventory_path`` (a directory with hosts.yml + group_vars/ +
+    host_vars/, or one inventory file) into a Deployment.
+
+    ``topology`` (``agg``/``disagg``) overrides ``glmops_topology``. ``overrides`` maps variable
+    names (``glmops_`` prefix optional) to values that win over the inventory, like ``-e``.
+
+    Returns the Deployment; its ``sources`` map keys (``model``, ``kv_cache_dtype``,
+    ``pools.prefill.tp``, ``pools.prefill.env.NAME``, ``hosts.gpu-a.gpus``, ``checkpoint.revision``,
+    ``router.port`` ...) to ``<file>:<variable path>``; ``extra["problems"]`` holds the type/shape
+    problems found while reading. Catalog-key and cross-field checks are ``glmops.rules``'.
+
+    Raises ValidationError only when the inventory cannot be parsed or has no hosts.
+    """
+    from glmops import catalog as catalog_mod
+
+    cat = catalog_mod.load()
+    path = str(inventory_path)
+    inventory, loader = _parse(path)
+    root = _display_path(path)
+    layers = _Layers(inventory, loader, root)
+    r = _Reader()
+
+    all_hosts = list(inventory.hosts.values())  # inventory order
+    workers_group = inventory.groups.get(WORKERS_GROUP)
+    worker_names = {h.name for h in workers_group.get_hosts()} if workers_group else set()
+    workers = [h for h in all_hosts if h.name in worker_names] or all_hosts
+    routers_group = inventory.groups.get(ROUTERS_GROUP)
+    routers = [h.name for h in routers_group.get_hosts()] if routers_group else []
+
+    # --- deployment-wide variables: the first worker's view, checked equal on every worker ----
+    first_layers = layers.host_layers(workers[0])
+    raw: dict[str, Any] = {}
+    for _label, data in first_layers:
+        for key in data:
+            if isinstance(key, str) and key.startswith("glmops_") and key not in HOST_VARIABLES:
+                raw[key] = None
+    for key in list(raw):
+        value, src = _lookup(first_layers, key)
+        raw[key] = value
+        r.sources[key] = src or key
+    for key, value in (overrides or {}).items():
+        name = key if key.startswith("glmops_") else f"glmops_{key}"
+        raw[name] = value
+        r.sources[name] = f"--override {name}"
+
+    def src(name: str) -> str:
+        return r.sources.get(name, f"{root}/group_vars/all.yml:{name}")
+
+    r.unknown_keys(raw, VARIABLES, src, "variable")
+    _check_same_on_workers(workers, layers, first_layers, r, overrides or {})
+
+    v: dict[str, Any] = {}
+    for name, spec in VARIABLES.items():
+        v[name] = r.typed(raw.get(name), spec, src(name))[1]
+
+    # --- catalog defaults (unknown keys are reported by rules; defaults only when known) -------
+    inv_dir = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    model_key = v["glmops_model"] or ""
+    model = cat.models.get(model_key) or {}
+    variant_key = v["glmops_variant"] or model.get("default_variant") or ""
+    variant = (model.get("variants") or {}).get(variant_key) or {}
+    engine_key = v["glmops_engine"] or ""
+    engine = cat.engines.get(engine_key) or {}
+    hardware_key = v["glmops_hardware"] or ""
+    hardware = cat.hardware.get(hardware_key) or {}
+    topo = topology or v["glmops_topology"] or "agg"
+    if topology:
+        r.sources["glmops_topology"] = "--topology"
+
+    # --- hosts ----------------------------------------------------------------------------------
+    hosts: dict[str, HostSpec] = {}
+    default_gpus = list(range(int(hardware.get("gpus_per_node") or 0)))
+    for host in all_hosts:
+        host_layers = first_layers if host is workers[0] else layers.host_layers(host)
+        spec = HostSpec(name=host.name, address=host.name, hardware=hardware_key,
+                        groups=[g.name for g in host.groups])
+        values = {}
+        for key, hspec in HOST_VARIABLES.items():
+            value, where = _lookup(host_layers, key)
+            where = where or f"{root}/host_vars/{host.name}.yml:{key}"
+            if value is not None:
+                r.sources[f"hosts.{host.name}.{key[len('glmops_'):]}"] = where
+            values[key] = r.typed(value, hspec, where)[1]
+        ansible_host, where = _lookup(host_layers, "ansible_host")
+        if values["glmops_address"]:
+            spec.address = values["glmops_address"]
+        elif ansible_host:
+            spec.address = str(ansible_host)
+        spec.gpus = values["glmops_gpus"] if values["glmops_gpus"] is not None else list(default_gpus)
+        spec.rdma_devices = values["glmops_rdma_devices"] or []
+        spec.vars = {"ansible_host": str(ansible_host)} if ansible_host else {}
+        r.sources[f"hosts.{host.name}"] = f"{_display_path(host.vars.get('inventory_file') or root)}:{host.name}"
+        hosts[host.name] = spec
+
+    # --- pools and router -----------------------------------------------------------------------
+    topologies = v["glmops_topologies"] or {}
+    topo_path = f"{src('glmops_topologies')}.{topo}"
+    pools: list[PoolSpec] = []
+    router = RouterSpec()
+    layout = None
+    tdata = topologies.get(topo)
+    if tdata is not None and not isinstance(tdata, dict):
+        r.problem("TYPE", topo_path, f"value {tdata!r} is not a mapping; accepted: a mapping with pools and router")
+        tdata = {}
+    tdata = tdata or {}
+    r.unknown_keys(tdata, TOPOLOGY_KEYS, lambda k: f"{topo_path}.{k}", "topology key")
+    pools_raw, router_raw, base = tdata.get("pools"), tdata.get("router"), topo_path
+    router_base = topo_path
+    if pools_raw is None:
+        layout = cat.layout(engine_key, hardware_key, topo, model_key) if engine_key and hardware_key else None
+        if engine_key == "dynamo" and layout is None and hardware_key:
+            layout = cat.layout(v["glmops_dynamo_backend"] or "vllm", hardware_key, topo, model_key)
+        pools_raw = (layout or {}).get("pools") or {}
+        if layout:
+            base = f"catalog recipes.yaml:layouts[{layout['id']}]"
+            r.sources["layout"] = layout.get("id", "")
+            if router_raw is None:
+                router_raw, router_base = dict(layout.get("router") or {}), base
+    router_raw = router_raw if router_raw is not None else {}
+    r.sources[f"glmops_topologies.{topo}.pools"] = f"{base}.pools"
+    r.sources["pools"] = f"{base}.pools"
+    if not isinstance(pools_raw, dict):
+        r.problem("TYPE", f"{base}.pools", f"value {pools_raw!r} is not a mapping; accepted: a mapping of role -> pool")
+        pools_raw = {}
+    for role_raw, pdata in pools_raw.items():
+        role = ROLE_ALIASES.get(role_raw, role_raw)
+        ppath = f"{base}.pools.{role_raw}"
+        if role not in POOL_ROLES:
+            r.problem("UNKNOWN_KEY", ppath, f"unknown pool role {role_raw!r}; accepted: agg, prefill, decode (TensorRT-LLM: context, generation)")
+            continue
+        if not isinstance(pdata, dict):
+            r.problem("TYPE", ppath, f"value {pdata!r} is not a mapping; accepted: a mapping of {', '.join(POOL_KEYS)}")
+            continue
+        r.unknown_keys(pdata, POOL_KEYS, lambda k, p=ppath: f"{p}.{k}", "pool key")
+        fields: dict[str, Any] = {}
+        for key, kspec in POOL_KEYS.items():
+            kpath = f"{ppath}.{key}"
+            value = pdata.get(key)
+            if value is not None:
+                r.sources[f"pools.{role}.{key}"] = kpath
+            fields[key] = r.typed(value, kspec, kpath)[1]
+        for key in ("engine_args", "engine_config", "env"):
+            for sub in fields[key] or {}:
+                r.sources[f"pools.{role}.{key}.{sub}"] = f"{ppath}.{key}.{sub}"
+        r.sources[f"pools.{role}"] = ppath
+        r.sources[f"glmops_topologies.{topo}.pools.{role}"] = ppath
+        pool_hosts = _expand_hosts(fields["hosts"] or [], inventory, r, f"{ppath}.hosts")
+        spec_pool = PoolSpec(
+            role=role,  # type: ignore[arg-type]
+            tp=fields["tp"], pp=fields["pp"], ep=fields["ep"], dp=fields["dp"],
+            attention_dp=fields["attention_dp"], replicas=fields["replicas"],
+            hosts=pool_hosts, gpus=fields["gpus"] or [], port=fields["port"],
+            engine_args=fields["engine_args"] or {}, engine_config=fields["engine_config"] or {},
+            env=_env(fields["env"] or {}, r, f"{ppath}.env"),
+            speculative=fields["speculative"] if fields["speculative"] is not None else v["glmops_speculative"],
+        )
+        if fields["speculative"] is None and v["glmops_speculative"] is not None:
+            r.sources[f"pools.{role}.speculative"] = src("glmops_speculative")
+        pools.append(spec_pool)
+    if not isinstance(router_raw, dict):
+        r.problem("TYPE", f"{router_base}.router", f"value {router_raw!r} is not a mapping; accepted: a mapping of {', '.join(ROUTER_KEYS)}")
+        router_raw = {}
+    r.unknown_keys(router_raw, ROUTER_KEYS, lambda k: f"{router_base}.router.{k}", "router key")
+    rf: dict[str, Any] = {}
+    for key, kspec in ROUTER_KEYS.items():
+        r.sources[f"glmops_topologies.router.{key}"] = f"{router_base}.router.{key}"
+        if router_raw.get(key) is not None:
+            r.sources[f"router.{key}"] = f"{router_base}.router.{key}"
+        rf[key] = r.typed(router_raw.get(key), kspec, f"{router_base}.router.{key}")[1]
+    router = RouterSpec(kind=rf["kind"], host=rf["host"], port=rf["port"], policy=rf["policy"], args=rf["args"] or {})
+    if not router.host:
+        router.host = routers[0] if routers else workers[0].name
+    elif router.host not in hosts:
+        r.problem("UNKNOWN_HOST", f"{router_base}.router.host",
+                  f"router host {router.host!r} is not in the inventory; accepted: {', '.join(list(hosts)[:10])}")
+
+    # --- checkpoint -----------------------------------------------------------------------------
+    ck_raw = v["glmops_checkpoint"] or {}
+    ck_path = src("glmops_checkpoint")
+    r.unknown_keys(ck_raw, CHECKPOINT_KEYS, lambda k: f"{ck_path}.{k}", "checkpoint key")
+    ck: dict[str, Any] = {}
+    for key, kspec in CHECKPOINT_KEYS.items():
+        if ck_raw.get(key) is not None:
+            r.sources[f"checkpoint.{key}"] = f"{ck_path}.{key}"
+        ck[key] = r.typed(ck_raw.get(key), kspec, f"{ck_path}.{key}")[1]
+    repo = ck["repo"] or variant.get("repo") or ""
+    revision = ck["revision"] if ck["revision"] is not None else variant.get("revision")
+    model_dir = ck["model_dir"].rstrip("/") or "/"
+    local_dir = f"{model_dir}/{repo}" + (f"/{revision}" if revision else "")
+    checkpoint = CheckpointSpec(
+        repo=repo, revision=revision, model_dir=model_dir, local_dir=local_dir,
+        size_gib=float(variant.get("weight_gib") or 0.0), allow_patterns=ck["allow_patterns"] or [],
+        mode=ck["mode"], offline=ck["offline"],
+    )
+
+    served = v["glmops_served_model_name"] or variant.get("served_model_name") or repo
+    engine_version = v["glmops_engine_version"] or str(engine.get("version") or "")
+    name = v["glmops_deployment"] or os.path.basename(os.path.abspath(inv_dir)) or "glm"
+    for field_name, var in _FIELD_VARS.items():
+        if var in r.sources:
+            r.sources[field_name] = r.sources[var]
+    for key in ("engine_args", "engine_config", "env"):
+        for sub in v[f"glmops_{key}"] or {}:
+            r.sources[f"{key}.{sub}"] = f"{src('glmops_' + key)}.{sub}"
+
+    dep = Deployment(
+        name=name,
+        model=model_key,
+        variant=variant_key,
+        engine=engine_key,
+        topology=topo,  # type: ignore[arg-type]
+        hardware=hardware_key,
+        runtime=v["glmops_runtime"],
+        hosts=hosts,
+        pools=pools,
+        checkpoint=checkpoint,
+        router=router,
+        served_model_name=served,
+        engine_version=engine_version,
+        kv_cache_dtype=v["glmops_kv_cache_dtype"],
+        max_seq_len=v["glmops_max_seq_len"],
+        max_batch_size=v["glmops_max_batch_size"],
+        max_num_tokens=v["glmops_max_num_tokens"],
+        multimodal=v["glmops_multimodal"],
+        speculative=v["glmops_speculative"],
+        engine_args=v["glmops_engine_args"] or {},
+        engine_config=v["glmops_engine_config"] or {},
+        env=_env(v["glmops_env"] or {}, r, src("glmops_env")),
+        service_user=v["glmops_service_user"],
+        state_dir=v["glmops_state_dir"],
+        config_dir=v["glmops_config_dir"],
+        venv_root=v["glmops_venv_root"],
+        readiness_timeout_s=v["glmops_readiness_timeout_s"],
+        sources=r.sources,
+        extra={
+            "problems": r.problems,
+            "inventory": root,
+            "inventory_dir": _display_path(inv_dir),
+            "workers": [h.name for h in workers],
+            "routers": routers,
+            "dynamo_backend": v["glmops_dynamo_backend"],
+            "image": v["glmops_image"],
+            "pip_extra": v["glmops_pip_extra"] or [],
+            "layout": (layout or {}).get("id"),
+            "raw_variables": sorted(raw),
+        },
+    )
+    return dep
+
+
+# Deployment field -> variable, for ``sources``.
+_FIELD_VARS = {
+    "name": "glmops_deployment", "model": "glmops_model", "variant": "glmops_variant",
+    "engine": "glmops_engine", "engine_version": "glmops_engine_version", "hardware": "glmops_hardware",
+    "runtime": "glmops_runtime", "topology": "glmops_topology", "served_model_name": "glmops_served_model_name",
+    "kv_cache_dtype": "glmops_kv_cache_dtype", "max_seq_len": "glmops_max_seq_len",
+    "max_batch_size": "glmops_max_batch_size", "max_num_tokens": "glmops_max_num_tokens",
+    "speculative": "glmops_speculative", "multimodal": "glmops_multimodal", "engine_args": "glmops_engine_args",
+    "engine_config": "glmops_engine_config", "env": "glmops_env", "checkpoint": "glmops_checkpoint",
+    "service_user": "glmops_service_user", "readiness_timeout_s": "glmops_readiness_timeout_s",
+    "dynamo_backend": "glmops_dynamo_backend", "pip_extra": "glmops_pip_extra", "image": "glmops_image",
+    "topologies": "glmops_topologies",
+}
+
+
+def _env(data: dict, r: _Reader, path: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, (dict, list)) or value is None:
+            r.problem("TYPE", f"{path}.{key}", f"value {value!r} for env {key} is not a scalar; accepted: a string or number")
+            continue
+        out[str(key)] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+def _expand_hosts(names: list[str], inventory: Any, r: _Reader, path: str) -> list[str]:
+    """Host names and group names -> host names (inventory order, no duplicates)."""
+    out: list[str] = []
+    for name in names:
+        if name in inventory.hosts:
+            members = [name]
+        elif name in inventory.groups:
+            members = [h.name for h in inventory.groups[name].get_hosts()]
+        else:
+            r.problem("UNKNOWN_HOST", path,
+                      f"{name!r} is neither a host nor a group of the inventory; accepted: host or group names "
+                      f"({', '.join(sorted(inventory.groups))})")
+            continue
+        out.extend(m for m in members if m not in out)
+    return out
+
+
+def _check_same_on_workers(workers: list, layers: _Layers, first_layers: list, r: _Reader, overrides: dict) -> None:
+    """Deployment-wide variables must resolve to the same value on every worker host. Hosts with
+    the same groups and no own glmops_ vars share the first worker's answer, so this costs one
+    lookup per distinct group set, not per host."""
+    first = workers[0]
+    seen: set[tuple] = {tuple(g.name for g in first.get_groups())}
+    for host in workers[1:]:
+        own = any(k.startswith("glmops_") and k not in HOST_VARIABLES for k in host.vars) or host.name in layers.host_var_names
+        signature = tuple(g.name for g in host.get_groups())
+        if not own and signature in seen:
+            continue
+        seen.add(signature)
+        hl = layers.host_layers(host)
+        for name in _DEPLOYMENT_WIDE:
+            if name in overrides or name.removeprefix("glmops_") in overrides:
+                continue
+            mine, where = _lookup(hl, name)
+            theirs, where0 = _lookup(first_layers, name)
+            if mine is not theirs and plain(mine) != plain(theirs):
+                r.problem(
+                    "HOST_VAR_CONFLICT",
+                    where or where0 or name,
+                    f"{name} is {plain(mine)!r} on host {host.name} but {plain(theirs)!r} on host {first.name}; "
+                    f"accepted: one value for every worker host",
+                    "set deployment-wide variables in group_vars/all.yml only",
+                )

@@ -1,0 +1,123 @@
+"""``glmops lab up|status|down``: local systemd-nspawn hosts to rehearse deploys on.
+
+Exit codes: 0 ok, 1 a step failed (what failed is printed), 2 bad input or a precondition
+(every problem printed at once, nothing made).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+from rich.console import Console
+
+from glmops.lab.spec import DEFAULT_NAME, DEFAULT_SUBNET, PROFILES, Bind, default_binds
+
+err = Console(stderr=True, highlight=False)
+
+
+def _problems(exc) -> None:
+    for p in exc.problems:
+        err.print(f"[red]error:[/red] {p}", markup=True, soft_wrap=True)
+
+
+@click.group()
+def lab() -> None:
+    """Local systemd-nspawn hosts (real systemd, sshd, Ansible) to rehearse deploys on.
+
+    State: /var/lib/glmops-lab/NAME/ (inventory.yml, id_ed25519, ssh_config). Needs root.
+    """
+
+
+@lab.command()
+@click.option("--hosts", "-n", "count", type=int, default=1, show_default=True, help="Number of hosts lab-1..lab-N.")
+@click.option("--profile", type=click.Choice(PROFILES), default="cpu", show_default=True,
+              help="cpu: no GPUs; *-sim: 8 simulated GPUs (strict nvidia-smi double).")
+@click.option("--name", default=DEFAULT_NAME, show_default=True, help="Lab name (state dir, bridge).")
+@click.option("--subnet", default=DEFAULT_SUBNET, show_default=True,
+              help="IPv4 /24 for the bridge (gateway .1, hosts .11..), or 'auto' for a free 10.77.X.0/24.")
+@click.option("--bind", "binds", multiple=True, metavar="SRC:DST[:rw]",
+              help="Extra directory to bind into every host (read-only unless :rw). Repeatable.")
+@click.option("--no-default-binds", is_flag=True,
+              help="Do not bind ~/.cache/glmops/{wheelhouse,models} into the hosts.")
+@click.option("--install-missing", is_flag=True, help="apt-get install missing tools (systemd-container, debootstrap, nftables, zstd).")
+@click.option("--keep-on-failure", is_flag=True, help="Leave a failed lab in place for inspection.")
+@click.option("--timeout", type=float, default=90.0, show_default=True, help="Seconds to wait for the hosts to boot.")
+@click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON on stdout.")
+def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...], no_default_binds: bool,
+       install_missing: bool, keep_on_failure: bool, timeout: float, as_json: bool) -> None:
+    """Boot N hosts on a private bridge and write an Ansible inventory for them."""
+    from glmops.lab import core
+
+    problems, parsed = [], [] if no_default_binds else default_binds()
+    for text in binds:
+        try:
+            parsed.append(Bind.parse(text))
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problems:
+        _problems(core.LabError(problems))
+        sys.exit(2)
+    if install_missing and not core.root_problem():
+        core.install_missing_tools(lambda m: err.print(f"[dim]{m}[/dim]"))
+    t0 = time.monotonic()
+    try:
+        with err.status(f"lab {name}: booting {count} host(s)", spinner="dots"):
+            st = core.up(name=name, hosts=count, profile=profile, subnet=subnet, binds=parsed,
+                         keep_on_failure=keep_on_failure, boot_timeout=timeout,
+                         log=lambda m: err.print(f"[dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+    except core.LabError as exc:
+        _problems(exc)
+        sys.exit(exc.exit_code)
+    if as_json:
+        click.echo(json.dumps(core.status(st.name)[0], indent=1))
+    else:
+        err.print(f"[green]ready[/green]: ansible -i {st.dir / 'inventory.yml'} lab -m ping   |   "
+                  f"ssh -F {st.dir / 'ssh_config'} lab-1")
+
+
+@lab.command()
+@click.option("--name", default=None, help="Only this lab (default: all labs).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(name: str | None, as_json: bool) -> None:
+    """Show labs, their hosts and whether each host is up (nspawn alive, port 22 open)."""
+    from glmops.lab import core
+
+    labs = core.status(name)
+    if as_json:
+        click.echo(json.dumps(labs, indent=1))
+        return
+    if not labs:
+        err.print("no labs" + (f" named {name!r}" if name else ""))
+        sys.exit(1 if name else 0)
+    from rich.table import Table
+
+    for lab_ in labs:
+        out = Console(highlight=False)
+        out.print(f"[bold]lab {lab_['name']}[/bold] ({lab_['profile']}, {lab_['subnet']}, bridge {lab_['bridge']}, "
+                  f"supervisor {'running' if lab_['supervisor_alive'] else '[red]gone[/red]'})")
+        t = Table()
+        for col in ("host", "address", "nspawn pid", "up"):
+            t.add_column(col)
+        for h in lab_["hosts"]:
+            t.add_row(h["name"], h["address"], str(h["nspawn_pid"] or "-"),
+                      "[green]yes[/green]" if h["up"] else "[red]no[/red]")
+        out.print(t)
+        out.print(f"inventory: {lab_['inventory']}")
+
+
+@lab.command()
+@click.option("--name", default=DEFAULT_NAME, show_default=True, help="Lab to remove.")
+def down(name: str) -> None:
+    """Stop the hosts and remove everything the lab made (mounts, cgroups, bridge, nft, state)."""
+    from glmops.lab import core
+
+    try:
+        with err.status(f"lab {name}: stopping", spinner="dots"):
+            found = core.down(name, log=lambda m: err.print(m))
+    except core.LabError as exc:
+        _problems(exc)
+        sys.exit(exc.exit_code)
+    if not found:
+        err.print(f"no lab named {name!r}: nothing to do")

@@ -1,0 +1,144 @@
+"""The lab's network: a Linux bridge per lab, NAT through an nft table of its own, IPv4 forwarding.
+
+Forwarding is machine-wide, so it is reference-counted across labs: the first lab up records the
+previous ``net.ipv4.ip_forward`` in ``/run/glmops-lab/ip_forward.orig``; the last lab down
+restores it and removes the record. All changes happen under ``/run/glmops-lab/lock``.
+"""
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+RUN_DIR = Path("/run/glmops-lab")
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+
+
+class NetError(RuntimeError):
+    """A network object the lab needs is taken or could not be made."""
+
+
+def _run(*cmd: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, input=stdin)
+    if check and proc.returncode != 0:
+        raise NetError(f"{' '.join(cmd)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+@contextmanager
+def net_lock() -> Iterator[None]:
+    """Serialise network changes of concurrent ``lab up``/``lab down`` runs."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    with open(RUN_DIR / "lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def ipv4_in_use() -> list[tuple[str, ipaddress.IPv4Interface]]:
+    """(interface, address/prefix) of every IPv4 address on this machine."""
+    out = json.loads(_run("ip", "-j", "-4", "addr", "show").stdout or "[]")
+    return [(link["ifname"], ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}"))
+            for link in out for a in link.get("addr_info", [])]
+
+
+def ipv4_routes() -> list[tuple[str, ipaddress.IPv4Network]]:
+    """(device, destination) of every IPv4 route in the main table except the default route."""
+    out = json.loads(_run("ip", "-j", "-4", "route", "show").stdout or "[]")
+    routes = []
+    for r in out:
+        if r.get("dst") in (None, "default"):
+            continue
+        routes.append((r.get("dev", "?"), ipaddress.IPv4Network(r["dst"], strict=False)))
+    return routes
+
+
+def subnet_conflicts(subnet: str) -> list[str]:
+    """Why ``subnet`` cannot be used for a new bridge: overlapping addresses or routes."""
+    net = ipaddress.IPv4Network(subnet)
+    found = [f"{addr} on {dev}" for dev, addr in ipv4_in_use() if addr.network.overlaps(net)]
+    found += [f"route {dst} via {dev}" for dev, dst in ipv4_routes()
+              if dst.overlaps(net) and not any(dst == a.network for d, a in ipv4_in_use() if d == dev)]
+    return found
+
+
+def free_subnet(pool: str, taken: list[str] = ()) -> str | None:
+    """The first /24 of ``pool`` that overlaps no address, route or ``taken`` subnet."""
+    used = [a.network for _, a in ipv4_in_use()] + [d for _, d in ipv4_routes()]
+    used += [ipaddress.IPv4Network(t) for t in taken]
+    for cand in ipaddress.IPv4Network(pool).subnets(new_prefix=24):
+        if not any(cand.overlaps(u) for u in used):
+            return str(cand)
+    return None
+
+
+def nft_table_exists(table: str) -> bool:
+    return _run("nft", "list", "table", "ip", table, check=False).returncode == 0
+
+
+def bridge_up(bridge: str, gateway: str, subnet: str) -> None:
+    """Create ``bridge`` with ``gateway``/prefix and bring it up. Raises NetError if it exists."""
+    if link_exists(bridge):
+        raise NetError(f"network interface {bridge} already exists")
+    prefix = ipaddress.IPv4Network(subnet).prefixlen
+    _run("ip", "link", "add", bridge, "type", "bridge")
+    _run("ip", "addr", "add", f"{gateway}/{prefix}", "dev", bridge)
+    _run("ip", "link", "set", bridge, "up")
+
+
+def bridge_down(bridge: str) -> None:
+    if link_exists(bridge):
+        _run("ip", "link", "del", bridge)
+
+
+def nat_up(table: str, bridge: str, subnet: str) -> None:
+    """Masquerade the lab's traffic leaving through any other interface (apt from the hosts)."""
+    rules = (f"table ip {table} {{\n"
+             f"  chain postrouting {{ type nat hook postrouting priority srcnat; policy accept;\n"
+             f"    ip saddr {subnet} oifname != \"{bridge}\" masquerade\n  }}\n"
+             f"  chain forward {{ type filter hook forward priority filter; policy accept;\n"
+             f"    iifname \"{bridge}\" accept\n"
+             f"    oifname \"{bridge}\" ct state established,related accept\n  }}\n}}\n")
+    _run("nft", "-f", "-", stdin=rules)
+
+
+def nat_down(table: str) -> None:
+    if nft_table_exists(table):
+        _run("nft", "delete", "table", "ip", table)
+
+
+def forwarding_acquire(lab: str) -> None:
+    """Turn IPv4 forwarding on for ``lab``, remembering the machine's previous value."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    orig = RUN_DIR / "ip_forward.orig"
+    users = RUN_DIR / "ip_forward.users"
+    if not orig.exists():
+        orig.write_text(IP_FORWARD.read_text().strip() + "\n")
+    names = set(users.read_text().split()) if users.exists() else set()
+    users.write_text("\n".join(sorted(names | {lab})) + "\n")
+    IP_FORWARD.write_text("1\n")
+
+
+def forwarding_release(lab: str) -> None:
+    """Drop ``lab``'s claim; the last lab restores the recorded value and deletes the record."""
+    orig = RUN_DIR / "ip_forward.orig"
+    users = RUN_DIR / "ip_forward.users"
+    names = set(users.read_text().split()) if users.exists() else set()
+    names.discard(lab)
+    if names:
+        users.write_text("\n".join(sorted(names)) + "\n")
+        return
+    if orig.exists():
+        IP_FORWARD.write_text(orig.read_text().strip() + "\n")
+        orig.unlink()
+    users.unlink(missing_ok=True)

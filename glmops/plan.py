@@ -1,0 +1,312 @@
+"""Deployment -> Plan: which services run where, with which flags.
+
+:func:`build` is pure (no I/O besides the packaged catalog): it places every pool's
+replicas on GPUs, assigns ports per host, asks the engine module
+(``glmops/engines/<engine>.py``) for each worker's argv/env/config files and for the
+front door (router, orchestrator or frontend), and returns a :class:`~glmops.model.Plan`.
+
+Placement rules:
+
+* Pools are placed in order (agg, or prefill then decode). Each replica needs
+  ``tp * pp * dp`` GPUs. Candidate hosts: the pool's ``hosts``, else group
+  ``glmops_workers``, else every host, in inventory order. ``PoolSpec.gpus`` restricts
+  the GPU indices usable on each host (seed 000: context 0-3, generation 4-7).
+* A replica that fits on one host takes the lowest free allowed GPUs of the first host
+  with room. A wider replica spans whole nodes (``world / gpus_per_node`` hosts whose
+  allowed GPUs are all free); each node gets its own service with the engine's
+  multi-node launch flags (see the engine modules).
+* CPU hardware (the lab) has no GPUs: each replica takes one whole host.
+
+Ports are assigned per host by a deterministic allocator: the front door first
+(``RouterSpec.port``, 8000), then per worker HTTP from the pool ``port`` or 8001 up,
+then the engine's side ports (NIXL side channel per DP rank, KV events, bootstrap,
+dist-init). Every port is listed in ``Service.ports`` so ``glmops.rules`` can check
+collisions (F05).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from glmops.engines import base
+from glmops.engines.base import CATALOG, Ctx, NodeSlot, Placement
+from glmops.model import Deployment, PoolSpec, Plan, Problem, Service, ValidationError
+
+ENGINES = ("trtllm", "vllm", "sglang", "dynamo")
+POOL_ORDER = {"agg": 0, "prefill": 1, "decode": 2}
+
+# seed 004's strategies -> pool shapes (g = GPUs per node, n = nodes)
+STRATEGIES = ("single_node_tp", "single_node_tep", "multi_node_tp", "multi_node_tp_pp",
+              "multi_node_tep", "multi_node_dep", "pd_cluster")
+
+
+def strategy_pools(strategy: str, nodes: int, gpus_per_node: int) -> list[PoolSpec]:
+    """Seed 004's vLLM strategies as pools.
+
+    single_node_tp: TP=g; single_node_tep: TP=g + EP; multi_node_tp: TP=g*n;
+    multi_node_tp_pp: TP=g, PP=n; multi_node_tep: TP=g*n + EP; multi_node_dep: DP=g*n with
+    EP and attention DP (TP 1); pd_cluster: n nodes split into prefill (n//2 replicas of
+    TP=g) and decode (the rest). Raises ValueError for an unknown strategy or n < 1
+    (pd_cluster needs n >= 2).
+    """
+    g, n = gpus_per_node, nodes
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r} unknown; accepted: {', '.join(STRATEGIES)}")
+    if n < 1 or (strategy == "pd_cluster" and n < 2):
+        raise ValueError(f"strategy {strategy} needs nodes >= {2 if strategy == 'pd_cluster' else 1}, got {n}")
+    if strategy == "single_node_tp":
+        return [PoolSpec(role="agg", tp=g)]
+    if strategy == "single_node_tep":
+        return [PoolSpec(role="agg", tp=g, ep=g)]
+    if strategy == "multi_node_tp":
+        return [PoolSpec(role="agg", tp=g * n)]
+    if strategy == "multi_node_tp_pp":
+        return [PoolSpec(role="agg", tp=g, pp=n)]
+    if strategy == "multi_node_tep":
+        return [PoolSpec(role="agg", tp=g * n, ep=g * n)]
+    if strategy == "multi_node_dep":
+        return [PoolSpec(role="agg", tp=1, dp=g * n, ep=g * n, attention_dp=True)]
+    return [PoolSpec(role="prefill", tp=g, replicas=n // 2),
+            PoolSpec(role="decode", tp=g, replicas=n - n // 2)]
+
+
+def engine_module(engine: str):
+    """``glmops.engines.<engine>``; ValidationError for an unknown engine."""
+    if engine not in ENGINES:
+        raise ValidationError([Problem("ENGINE", "glmops_engine", f"engine {engine!r} unknown; accepted: {', '.join(ENGINES)}")])
+    return importlib.import_module(f"glmops.engines.{engine}")
+
+
+def router_kind(dep: Deployment) -> tuple[str, str]:
+    """(kind, policy) of the front door.
+
+    kind: ``RouterSpec.kind`` when set (``none`` = no front door), else per engine: trtllm disagg -> ``trtllm-disaggregated``; dynamo -> ``dynamo``;
+    vllm/trtllm agg -> ``vllm-router``; sglang -> ``sglang-router``. An aggregated
+    deployment with one replica and no explicit kind has none (the worker is the
+    endpoint, as in seeds 000/002/004). policy: RouterSpec.policy (engine-neutral name,
+    ``round_robin`` when empty; the engine module spells it).
+    """
+    kind = dep.router.kind or ""
+    policy = dep.router.policy or "round_robin"
+    if not kind:
+        if dep.engine == "dynamo":
+            kind = "dynamo"
+        elif dep.topology == "disagg":
+            kind = {"trtllm": "trtllm-disaggregated", "vllm": "vllm-router", "sglang": "sglang-router"}[dep.engine]
+        else:
+            if sum(p.replicas for p in dep.pools) <= 1:
+                kind = "none"
+            else:
+                kind = "sglang-router" if dep.engine == "sglang" else "vllm-router"
+    return kind, policy
+
+
+def _router_module(kind: str):
+    return {
+        "vllm-router": "vllm", "trtllm-disaggregated": "trtllm", "sglang-router": "sglang", "dynamo": "dynamo",
+    }.get(kind)
+
+
+def _host_gpus(dep: Deployment, host: str) -> list[int]:
+    spec = dep.hosts[host]
+    if spec.gpus:
+        return list(spec.gpus)
+    per = int(CATALOG.hardware(spec.hardware or dep.hardware).get("gpus_per_node") or 0)
+    return list(range(per))
+
+
+def _candidate_hosts(dep: Deployment, pool: PoolSpec) -> list[str]:
+    if pool.hosts:
+        return [h for h in pool.hosts if h in dep.hosts]
+    workers = [h for h, s in dep.hosts.items() if "glmops_workers" in s.groups]
+    return workers or list(dep.hosts)
+
+
+def place(dep: Deployment, pools: list[PoolSpec]) -> list[Placement]:
+    """Assign GPUs (and nodes) to every replica of every pool; raises ValidationError
+    naming each pool/replica that does not fit (all at once)."""
+    cpu = CATALOG.hardware(dep.hardware).get("vendor") in (None, "none")
+    free = {h: ([0] if cpu else _host_gpus(dep, h)) for h in dep.hosts}
+    problems: list[Problem] = []
+    out: list[Placement] = []
+    for pool in sorted(pools, key=lambda p: POOL_ORDER.get(p.role, 9)):
+        hosts = _candidate_hosts(dep, pool)
+        world = 1 if cpu else pool.world_size
+        path = dep.source(f"glmops_topologies.{dep.topology}.pools.{pool.role}")
+        cursor = 0
+        for replica in range(pool.replicas):
+            def allowed(h: str) -> list[int]:
+                if cpu:
+                    return free[h]
+                return [g for g in free[h] if not pool.gpus or g in pool.gpus]
+
+            nodes: list[NodeSlot] = []
+            # free GPUs only shrink while a pool is placed, so hosts before the cursor that
+            # were too full for one replica stay too full: same result, linear time
+            while cursor < len(hosts):
+                av = allowed(hosts[cursor])
+                if len(av) >= world:
+                    nodes = [NodeSlot(dep.hosts[hosts[cursor]], av[:world], 0)]
+                    break
+                cursor += 1
+            if not nodes and not cpu:
+                full = [h for h in hosts if allowed(h) and len(allowed(h)) == len(
+                    [g for g in _host_gpus(dep, h) if not pool.gpus or g in pool.gpus])]
+                per = len(allowed(full[0])) if full else 0
+                if per and world % per == 0 and len(full) >= world // per:
+                    nodes = [NodeSlot(dep.hosts[h], allowed(h)[:per], i) for i, h in enumerate(full[: world // per])]
+            if not nodes:
+                avail = {h: len(allowed(h)) for h in hosts}
+                problems.append(Problem(
+                    "PLACEMENT", path,
+                    f"{pool.role} replica {replica} needs {world} GPU(s) (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}); "
+                    f"free per host: {avail or 'no hosts'}",
+                    "add hosts, lower replicas or parallelism, or widen the pool's gpus/hosts",
+                ))
+                continue
+            for node in nodes:
+                free[node.host.name] = [g for g in free[node.host.name] if g not in node.gpus]
+                if cpu:
+                    node.gpus = []  # the host is taken; no GPU indices to show or pin
+            out.append(Placement(pool=pool, replica=replica, nodes=nodes,
+                                 name=base.service_name(dep, pool.role, replica)))
+    if problems:
+        raise ValidationError(problems)
+    return out
+
+
+def _http_wants(dep: Deployment, placements: list[Placement], single_front: bool, front_port: int) -> None:
+    seen: dict[tuple[str, str], int] = {}
+    for pl in placements:
+        if single_front:
+            pl.http_want = front_port
+        elif pl.pool.port is not None:
+            key = (pl.pool.role, pl.head.host.name)
+            start = int(pl.pool.port)
+            if start == front_port:
+                # the pool's port is the endpoint's (a one-replica layout grown to several):
+                # the front door keeps it and the replicas take the ports after it
+                start += 1
+            pl.http_want = start + seen.get(key, 0)
+            seen[key] = seen.get(key, 0) + 1
+
+
+def build(dep: Deployment) -> Plan:
+    """Plan every service of ``dep`` (see module doc). Raises ValidationError when the
+    engine is unknown, a pool does not fit, or the topology has the wrong pools."""
+    base.SETTINGS_CACHE.clear()
+    try:
+        return _build(dep)
+    finally:
+        base.SETTINGS_CACHE.clear()
+
+
+def _build(dep: Deployment) -> Plan:
+    mod = engine_module(dep.engine)
+    pools = list(dep.pools)
+    roles = sorted({p.role for p in pools})
+    want = ["agg"] if dep.topology == "agg" else ["decode", "prefill"]
+    if roles != want:
+        raise ValidationError([Problem(
+            "POOLS", dep.source(f"glmops_topologies.{dep.topology}.pools"),
+            f"topology {dep.topology} needs pools {want}, got {roles or 'none'}",
+            "define the pools under glmops_topologies or pick a topology a catalog layout covers")])
+    placements = place(dep, pools)
+    kind, _policy = router_kind(dep)
+    front_host = dep.router.host or placements[0].head.host.name
+    if front_host not in dep.hosts:
+        raise ValidationError([Problem("ROUTER_HOST", dep.source("glmops_topologies.router.host"),
+                                       f"router host {front_host!r} is not in the inventory; hosts: {', '.join(dep.hosts)}")])
+    ctx = Ctx(dep=dep, ports={}, front_port=int(dep.router.port), front_host=front_host)
+    hosts_used = []
+    for pl in placements:
+        for n in pl.nodes:
+            if n.host.name not in hosts_used:
+                hosts_used.append(n.host.name)
+    if front_host not in hosts_used:
+        hosts_used.append(front_host)
+    ctx.hosts_used = hosts_used
+    single_front = kind == "none"
+    if not single_front:
+        ctx.alloc(front_host).take(ctx.front_port, 1, want=ctx.front_port)
+    _http_wants(dep, placements, single_front, ctx.front_port)
+
+    workers: list[Service] = []
+    for pl in placements:
+        workers += mod.worker(ctx, pl.pool, pl.replica, pl)
+    front: list[Service] = []
+    if not single_front:
+        rmod_name = _router_module(kind)
+        if rmod_name is None:
+            raise ValidationError([Problem("ROUTER_KIND", dep.source("glmops_topologies.router.kind"),
+                                           f"router kind {kind!r} unknown; accepted: none, vllm-router, "
+                                           "trtllm-disaggregated, sglang-router, dynamo")])
+        rmod = importlib.import_module(f"glmops.engines.{rmod_name}")
+        front = rmod.router(ctx, workers)
+    if front:
+        endpoint = base.url(front[0].address, front[0].port)
+    else:
+        head = next(w for w in workers if w.node_rank == 0)
+        endpoint = base.url(head.address, head.port)
+    timeout = base.checkpoint_timeout_s(dep)
+    notes = list(ctx.notes)
+    notes.append(f"start timeout per worker: {timeout} s (checkpoint {dep.checkpoint.size_gib:g} GiB)")
+    missing = sorted({s.engine for s in workers + front if s.runtime == "container" and not s.image})
+    if missing:
+        notes.append(f"container runtime but no image for {', '.join(missing)}: set glmops_image "
+                     "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
+    if dep.engine == "dynamo" and len(hosts_used) > 1:
+        notes.append(f"dynamo discovery: etcd on {front_host}:{base.PORT_BASES['etcd']}")
+    for svc in workers + front:
+        _plain_service(svc)
+    return Plan(
+        deployment=str(dep.name), model=str(dep.model), served_model_name=str(dep.served_model_name),
+        engine=str(dep.engine),
+        topology=dep.topology, endpoint_url=endpoint, services=workers + front,
+        smoke=[f"{endpoint}/v1/completions", f"{endpoint}/v1/chat/completions", f"{endpoint}/health"],
+        notes=notes,
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Inventory strings may be Ansible's str subclasses; the Plan holds plain data."""
+    if isinstance(value, str):
+        return str(value) if type(value) is not str else value
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _plain_service(svc: Service) -> None:
+    svc.host, svc.address, svc.name = str(svc.host), str(svc.address), str(svc.name)
+    svc.argv = [str(w) for w in svc.argv]
+    svc.env = {str(k): str(v) for k, v in svc.env.items()}
+    svc.ports = {str(k): [int(p) for p in v] for k, v in svc.ports.items()}
+    svc.depends_on = [str(d) for d in svc.depends_on]
+    for cf in svc.files:
+        cf.content = _plain(cf.content)
+
+
+def summary_rows(plan: Plan) -> list[dict[str, Any]]:
+    """One row per service in start order per host: host, service, role (TRT-LLM names
+    in brackets), GPUs, ports, health URL."""
+    rows = []
+    trt = {"prefill": "prefill (context)", "decode": "decode (generation)"}
+    for host in plan.hosts:
+        for svc in plan.on_host(host):
+            role = trt.get(svc.role, svc.role) if svc.engine == "trtllm" else svc.role
+            if svc.nnodes > 1:
+                role += f" [node {svc.node_rank}/{svc.nnodes}]"
+            ports = " ".join(f"{k}={_span(v)}" for k, v in svc.ports.items())
+            rows.append({"host": host, "service": svc.unit, "role": role,
+                         "gpus": ",".join(str(g) for g in svc.gpus) or "-", "ports": ports,
+                         "health": svc.health_url or "-"})
+    return rows
+
+
+def _span(ports: list[int]) -> str:
+    if len(ports) > 1 and ports == list(range(ports[0], ports[0] + len(ports))):
+        return f"{ports[0]}-{ports[-1]}"
+    return ",".join(str(p) for p in ports)

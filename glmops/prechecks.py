@@ -1,0 +1,342 @@
+"""Host prechecks: what a node needs (from the catalog and the Plan) against what it has.
+
+The facts are gathered on the host by the ``glmops_precheck_facts`` module (roles/prechecks);
+this module holds everything else and does no I/O, so it is unit-tested directly:
+
+* :func:`needs_from_catalog` / :func:`needs_for_deployment` -> the ``needs`` dict of a host;
+* :func:`evaluate` (host, facts, needs) -> every check's result, all at once;
+* :func:`report` -> the JSON report of one node (``glmops check --json``).
+
+``needs`` keys (all optional; a missing key skips its check):
+
+==================  =========================================================================
+``os``              list of accepted ``"<id> <version_id>"`` (e.g. ``"ubuntu 24.04"``)
+``gpu_vendor``      ``nvidia`` | ``amd`` | ``none``
+``gpu_count``       GPUs the node must show (catalog ``gpus_per_node``)
+``gpu_indices``     GPU indices the inventory uses (``glmops_gpus``); each must exist
+``gpu_name``        catalog display name matched as a word in each GPU's name (``B200``)
+``driver_min``      lowest NVIDIA driver branch (catalog ``engines.*.driver_min``: 575)
+``nvswitch``        fabric manager active, fabric state ``Completed``, FM package version
+                    equal to the driver's (NVIDIA Fabric Manager guide)
+``nvlsm``           nvlsm installed at the driver's version (Blackwell NVSwitch systems)
+``disk_path``       directory the checkpoint goes to; ``disk_gib`` free GiB needed there
+                    (0 when ``checkpoint_present``)
+``shm_min_mib``     ``/dev/shm`` size floor (F08)
+``memlock``         ``"infinity"`` or a byte count: the limit a systemd service must get (F07)
+``ports``           ``{port: purpose}`` the Plan binds on this host (F05)
+``own_units``       unit glob whose listeners are ours (a redeploy is no collision)
+``time_sync``       True: the clock must be NTP-synchronised; ``"warn"``: only reported
+``rdma_devices``    RDMA devices that must exist under /sys/class/infiniband (F06)
+==================  =========================================================================
+
+Every failing result names the host, the value found and the value needed.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any
+
+#: glmops policy: operating systems the roles are written for (apt based).
+SUPPORTED_OS = ["ubuntu 22.04", "ubuntu 24.04", "debian 12"]
+#: glmops policy (F08): NCCL's shared-memory transport needs more than Docker's 64 MiB default.
+SHM_MIN_MIB = 1024
+#: F07: engines register GPU memory for RDMA; units render LimitMEMLOCK=infinity.
+MEMLOCK_NEEDED = "infinity"
+
+
+def driver_min(catalog=None, engines: list[str] | None = None) -> int:
+    """Lowest NVIDIA driver branch the given engines (default: every engine) need.
+
+    Source: catalog ``engines.<e>.driver_min`` (seed 000: "CUDA Driver 575 or later").
+    Returns 0 when no engine names one.
+    """
+    from glmops import catalog as cat
+
+    catalog = catalog or cat.load()
+    names = engines or list(catalog.data["engines"])
+    values = [int(catalog.data["engines"][e].get("driver_min") or 0)
+              for e in names if e in catalog.data["engines"]]
+    return max(values, default=0)
+
+
+def needs_from_catalog(hardware: str | None, gpus: list[int] | None = None,
+                       engines: list[str] | None = None, catalog=None) -> dict[str, Any]:
+    """The needs every node of ``hardware`` (a catalog key) has, before any deployment.
+
+    ``gpus``: the inventory's ``glmops_gpus`` for the host. Unknown or empty hardware ->
+    only the host-level checks (OS, shm, memlock, time). Raises the catalog's lookup
+    error (naming the accepted keys) for an unknown hardware key.
+    """
+    from glmops import catalog as cat
+
+    catalog = catalog or cat.load()
+    needs: dict[str, Any] = {"os": list(SUPPORTED_OS), "shm_min_mib": SHM_MIN_MIB,
+                             "memlock": MEMLOCK_NEEDED, "time_sync": True}
+    if not hardware or hardware == "cpu":
+        needs["gpu_vendor"] = "none"
+        return needs
+    hw = catalog.hw(hardware)
+    needs["gpu_vendor"] = hw["vendor"]
+    needs["gpu_count"] = int(hw["gpus_per_node"])
+    needs["gpu_name"] = hw["name"]
+    if gpus:
+        needs["gpu_indices"] = sorted(int(g) for g in gpus)
+    if hw["vendor"] == "nvidia":
+        needs["driver_min"] = driver_min(catalog, engines)
+        needs["nvswitch"] = bool(hw.get("nvswitch"))
+        needs["nvlsm"] = bool(hw.get("nvswitch")) and hw.get("arch_family") == "blackwell"
+    return needs
+
+
+def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
+    """Per host of ``plan`` (a glmops.model.Plan of ``dep``): catalog needs plus the
+    checkpoint's disk, the ports the host's services bind and the host's RDMA devices."""
+    out: dict[str, dict[str, Any]] = {}
+    engines = sorted({s.engine for s in plan.services})
+    for name, host in dep.hosts.items():
+        needs = needs_from_catalog(host.hardware or dep.hardware, host.gpus, engines)
+        needs["disk_path"] = dep.checkpoint.model_dir
+        needs["disk_gib"] = float(dep.checkpoint.size_gib or 0)
+        needs["checkpoint_dir"] = dep.checkpoint.local_dir
+        ports: dict[int, str] = {}
+        for svc in plan.on_host(name):
+            for purpose, values in (svc.ports or {}).items():
+                for p in values if isinstance(values, list) else [values]:
+                    ports.setdefault(int(p), f"{svc.name} {purpose}")
+            ports.setdefault(int(svc.port), f"{svc.name} http")
+        needs["ports"] = ports
+        needs["own_units"] = f"glm-{dep.name}-*.service"
+        if host.rdma_devices:
+            needs["rdma_devices"] = list(host.rdma_devices)
+        out[name] = needs
+    return out
+
+
+def _ok(check: str, found: Any, needed: Any) -> dict[str, Any]:
+    return {"check": check, "ok": True, "found": found, "needed": needed, "message": ""}
+
+
+def _fail(host: str, check: str, found: Any, needed: Any, text: str, severity: str = "error") -> dict[str, Any]:
+    return {"check": check, "ok": False, "found": found, "needed": needed, "severity": severity,
+            "message": f"{host}: {text} (found {found}, needed {needed})"}
+
+
+def _branch(version: str) -> int | None:
+    m = re.match(r"(\d+)", str(version or ""))
+    return int(m.group(1)) if m else None
+
+
+def _upstream(deb_version: str) -> str:
+    """``575.57.08-1`` -> ``575.57.08`` (drop epoch and Debian revision)."""
+    v = str(deb_version).split(":", 1)[-1]
+    return v.rsplit("-", 1)[0] if "-" in v else v
+
+
+def _pkg_version(packages: dict[str, str], prefix: str) -> tuple[str, str] | None:
+    """(package, upstream version) of the first installed package named ``prefix`` or ``prefix-*``."""
+    for name in sorted(packages):
+        if name == prefix or re.fullmatch(re.escape(prefix) + r"-\d+(-open|-server)?", name):
+            return name, _upstream(packages[name])
+    return None
+
+
+def evaluate(host: str, facts: dict[str, Any], needs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every check of ``needs`` against ``facts`` (the glmops_precheck_facts module's
+    result); returns one result per check: ``{check, ok, found, needed, message[, severity]}``.
+
+    ``message`` of a failure reads ``<host>: <what> (found X, needed Y)``. Never raises on
+    odd facts: a missing fact is a failure saying what could not be read.
+    """
+    results: list[dict[str, Any]] = []
+    add = results.append
+
+    # OS
+    if needs.get("os"):
+        os_ = facts.get("os") or {}
+        found = f"{os_.get('id', '?')} {os_.get('version_id', '?')}"
+        if found in needs["os"]:
+            add(_ok("os", found, needs["os"]))
+        else:
+            add(_fail(host, "os", found, " | ".join(needs["os"]), "unsupported operating system"))
+
+    vendor = needs.get("gpu_vendor")
+    gpu = facts.get("gpu") or {}
+    gpus = gpu.get("gpus") or []
+    if vendor in ("nvidia", "amd"):
+        tool = "nvidia-smi" if vendor == "nvidia" else "rocm-smi"
+        if gpu.get("error"):
+            add(_fail(host, "gpu_count", f"{tool} failed: {gpu['error']}", needs.get("gpu_count"),
+                      f"cannot list GPUs with {tool}"))
+        else:
+            want = needs.get("gpu_count")
+            if want is not None:
+                if len(gpus) == want:
+                    add(_ok("gpu_count", len(gpus), want))
+                else:
+                    add(_fail(host, "gpu_count", len(gpus), want, "wrong GPU count"))
+            indices = {int(g.get("index", i)) for i, g in enumerate(gpus)}
+            missing = [i for i in needs.get("gpu_indices") or [] if i not in indices]
+            if needs.get("gpu_indices"):
+                if missing:
+                    add(_fail(host, "gpu_indices", sorted(indices), needs["gpu_indices"],
+                              f"glmops_gpus names GPUs {missing} the host does not have"))
+                else:
+                    add(_ok("gpu_indices", sorted(indices), needs["gpu_indices"]))
+            name = needs.get("gpu_name")
+            if name:
+                names = sorted({str(g.get("name", "")) for g in gpus})
+                pattern = re.compile(r"(?<![A-Za-z0-9])" + re.escape(name) + r"(?![A-Za-z0-9])", re.I)
+                wrong = [n for n in names if not pattern.search(n)]
+                if gpus and not wrong:
+                    add(_ok("gpu_model", names, name))
+                elif gpus:
+                    add(_fail(host, "gpu_model", ", ".join(names), name, "GPU model differs from the inventory"))
+
+    if vendor == "nvidia" and not gpu.get("error"):
+        loaded = gpu.get("driver_version") or ""
+        dmin = needs.get("driver_min")
+        if dmin:
+            branch = _branch(loaded)
+            if branch is not None and branch >= int(dmin):
+                add(_ok("driver", loaded, f">= {dmin}"))
+            else:
+                add(_fail(host, "driver", loaded or "none", f">= {dmin}",
+                          f"NVIDIA driver {loaded or '(none)'} is below the minimum branch {dmin}"))
+        packages = facts.get("packages") or {}
+        installed = _pkg_version(packages, "nvidia-driver")
+        if installed and loaded and installed[1] != loaded:
+            add(_fail(host, "driver_loaded", loaded, installed[1],
+                      f"running driver {loaded} differs from installed {installed[0]} {installed[1]}: "
+                      "reboot pending"))
+        elif installed:
+            add(_ok("driver_loaded", loaded, installed[1]))
+        if needs.get("nvswitch"):
+            fm = _pkg_version(packages, "nvidia-fabricmanager")
+            if fm is None:
+                add(_fail(host, "fabricmanager_version", "not installed", loaded,
+                          "nvidia-fabricmanager is not installed on an NVSwitch system"))
+            elif fm[1] != loaded:
+                add(_fail(host, "fabricmanager_version", f"{fm[0]} {fm[1]}", f"driver {loaded}",
+                          f"fabric manager {fm[1]} differs from driver {loaded}; "
+                          "they must be the same version"))
+            else:
+                add(_ok("fabricmanager_version", fm[1], loaded))
+            state = (facts.get("services") or {}).get("nvidia-fabricmanager", "unknown")
+            if state == "active":
+                add(_ok("fabricmanager_active", state, "active"))
+            else:
+                add(_fail(host, "fabricmanager_active", state, "active",
+                          "nvidia-fabricmanager.service is not active"))
+            states = sorted({str(s) for s in (facts.get("fabric") or {}).get("states", [])}) or ["unknown"]
+            if states == ["Completed"]:
+                add(_ok("fabric_state", "Completed", "Completed"))
+            else:
+                add(_fail(host, "fabric_state", ", ".join(states), "Completed",
+                          "NVSwitch fabric is not up"))
+        if needs.get("nvlsm"):
+            lsm = _pkg_version(packages, "nvlsm")
+            if lsm is None or lsm[1] != loaded:
+                add(_fail(host, "nvlsm_version", lsm[1] if lsm else "not installed", loaded,
+                          "nvlsm must be installed at the driver's version on Blackwell NVSwitch systems"))
+            else:
+                add(_ok("nvlsm_version", lsm[1], loaded))
+
+    # disk
+    if needs.get("disk_path") and needs.get("disk_gib"):
+        disk = facts.get("disk") or {}
+        free = disk.get("free_bytes")
+        want = 0.0 if disk.get("checkpoint_present") else float(needs["disk_gib"])
+        if free is None:
+            add(_fail(host, "disk", f"unreadable ({disk.get('error', '?')})", f"{want:.1f} GiB free",
+                      f"cannot read free space under {needs['disk_path']}"))
+        else:
+            free_gib = free / 2**30
+            found = f"{free_gib:.1f} GiB free under {disk.get('path', needs['disk_path'])}"
+            if free_gib >= want:
+                add(_ok("disk", found, f"{want:.1f} GiB"))
+            else:
+                add(_fail(host, "disk", found, f"{want:.1f} GiB",
+                          f"too little disk for the checkpoint under {needs['disk_path']}"))
+
+    # /dev/shm (F08)
+    if needs.get("shm_min_mib"):
+        shm = (facts.get("shm") or {}).get("size_bytes")
+        want = int(needs["shm_min_mib"])
+        if shm is None:
+            add(_fail(host, "shm", "no /dev/shm", f"{want} MiB", "/dev/shm is missing"))
+        elif shm / 2**20 >= want:
+            add(_ok("shm", f"{shm / 2**20:.0f} MiB", f"{want} MiB"))
+        else:
+            add(_fail(host, "shm", f"{shm / 2**20:.0f} MiB", f"{want} MiB",
+                      "/dev/shm is smaller than the floor for NCCL (F08)"))
+
+    # memlock as a systemd service gets it (F07)
+    if needs.get("memlock"):
+        ml = facts.get("memlock") or {}
+        value = ml.get("value")
+        want = needs["memlock"]
+        if value is None:
+            add(_fail(host, "memlock", f"unreadable ({ml.get('error', '?')})", want,
+                      "cannot read the memlock limit a systemd service gets"))
+        else:
+            shown = "infinity" if value == "infinity" else f"{value} bytes"
+            good = value == "infinity" or (want != "infinity" and int(value) >= int(want))
+            if good:
+                add(_ok("memlock", shown, want))
+            else:
+                add(_fail(host, "memlock", shown, want,
+                          "a systemd service gets a locked-memory limit too low for RDMA (F07)"))
+
+    # ports (F05)
+    if needs.get("ports"):
+        listening = facts.get("listening") or []
+        own = needs.get("own_units")
+        busy = []
+        for port, purpose in sorted((int(k), v) for k, v in needs["ports"].items()):
+            for sock in listening:
+                if int(sock.get("port", -1)) != port:
+                    continue
+                unit = sock.get("unit") or ""
+                if own and unit and fnmatch.fnmatch(unit, own):
+                    continue
+                busy.append((port, purpose, sock.get("process") or unit or "unknown process"))
+                break
+        if busy:
+            for port, purpose, who in busy:
+                add(_fail(host, "ports", f"port {port} in use by {who}", f"port {port} free for {purpose}",
+                          f"port {port} is already listening (F05)"))
+        else:
+            add(_ok("ports", "free", sorted(int(k) for k in needs["ports"])))
+
+    # time sync
+    if needs.get("time_sync"):
+        ts = facts.get("time") or {}
+        if ts.get("synchronized"):
+            add(_ok("time_sync", ts.get("source", "yes"), "synchronized"))
+        else:
+            add(_fail(host, "time_sync", ts.get("source") or "not synchronized", "synchronized",
+                      "the clock is not NTP-synchronized",
+                      "warn" if needs["time_sync"] == "warn" else "error"))
+
+    # RDMA devices (F06)
+    if needs.get("rdma_devices"):
+        have = set(facts.get("rdma_devices") or [])
+        missing = [d for d in needs["rdma_devices"] if d not in have]
+        if missing:
+            add(_fail(host, "rdma_devices", sorted(have) or "none", needs["rdma_devices"],
+                      f"RDMA devices {missing} named in the inventory do not exist (F06)"))
+        else:
+            add(_ok("rdma_devices", sorted(have), needs["rdma_devices"]))
+    return results
+
+
+def report(host: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One node's JSON report: ``{host, ok, failed: [message], checks: [result]}``.
+
+    ``severity: warn`` failures are listed but do not make ``ok`` false.
+    """
+    errors = [r for r in results if not r["ok"] and r.get("severity", "error") == "error"]
+    return {"host": host, "ok": not errors, "failed": [r["message"] for r in errors],
+            "warnings": [r["message"] for r in results if not r["ok"] and r.get("severity") == "warn"],
+            "checks": results}

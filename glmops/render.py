@@ -1,0 +1,195 @@
+"""Plan -> files on hosts: systemd units, env files, engine config files, the
+deployment target, and the ``docker run`` form for the container runtime.
+
+Templates live in ``glmops/templates/`` (jinja2). Every function is pure (text in,
+text out) except :func:`write_tree`, which writes ``glmops plan --out DIR``.
+
+Unit conventions (docs/DEVELOPING.md, field cases F07/F08): one unit per service,
+``PartOf=``/``WantedBy=`` the deployment's target ``glm-<dep>.target``,
+``Restart=on-failure`` with ``StartLimitIntervalSec``/``StartLimitBurst`` in ``[Unit]``,
+``TimeoutStartSec`` sized for the checkpoint, ``LimitMEMLOCK=infinity`` (RDMA
+registration), ``LimitNOFILE``, ``EnvironmentFile=`` the 0600 env file, a dedicated
+``User=``, hardening without ``PrivateDevices`` so ``/dev/nvidia*`` stays reachable.
+Container runtime: ``docker run --ipc=host --network=host --gpus '"device=..."'
+--ulimit memlock=-1`` with the models mount and ``--env-file``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from glmops.engines.base import CATALOG, checkpoint_timeout_s
+from glmops.model import ConfigFile, Deployment, Plan, Service
+
+DOCKER = "/usr/bin/docker"
+NOFILE = 1048576
+START_LIMIT_INTERVAL_S = 1800
+START_LIMIT_BURST = 3
+_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+_ENV_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./*-]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class RenderedFile:
+    """A file a deploy places on a host: absolute ``path``, text ``content``, octal ``mode``."""
+
+    path: str
+    content: str
+    mode: str = "0644"
+
+
+def _env():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("glmops", "templates"),
+        trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False,
+    )
+
+
+def target_name(dep: Deployment) -> str:
+    """``glm-<dep>.target``: every unit of the deployment is ``PartOf=`` it."""
+    return f"glm-{dep.name}.target"
+
+
+def env_path(dep: Deployment, svc: Service) -> str:
+    """``/etc/glmops/<dep>/<service>.env`` (mode 0600)."""
+    return f"{dep.config_dir}/{dep.name}/{svc.name}.env"
+
+
+def systemd_quote(word: str) -> str:
+    """Quote one argv word for ``ExecStart=`` (systemd.syntax): ``%`` -> ``%%`` and
+    ``$`` -> ``$$`` always (no specifier/env expansion); plain words stay bare; others go
+    in single quotes, or in double quotes with ``\\`` and ``\"`` escapes when the word
+    has a backslash or a single quote (systemd unescapes C escapes)."""
+    word = word.replace("%", "%%").replace("$", "$$")
+    if word and _SAFE.match(word):
+        return word
+    if "\\" not in word and "'" not in word:
+        return f"'{word}'"
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def container_argv(dep: Deployment, svc: Service) -> list[str]:
+    """The seeds' ``docker run`` form around ``svc.argv`` (binary as ``--entrypoint``)."""
+    vendor = CATALOG.hardware(dep.hardware).get("vendor")
+    argv = [DOCKER, "run", "--rm", "--name", svc.name, "--ipc=host", "--network=host"]
+    if svc.gpus and vendor == "nvidia":
+        argv += ["--gpus", '"device=' + ",".join(str(g) for g in svc.gpus) + '"']
+    elif vendor == "amd":
+        argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+    argv += ["--ulimit", "memlock=-1", "--ulimit", f"nofile={NOFILE}"]
+    model_dir = dep.checkpoint.model_dir
+    argv += ["-v", f"{model_dir}:{model_dir}:ro",
+             "-v", f"{dep.config_dir}/{dep.name}:{dep.config_dir}/{dep.name}:ro",
+             "-v", f"{dep.state_dir}/{dep.name}:{dep.state_dir}/{dep.name}"]
+    argv += ["--env-file", env_path(dep, svc)]
+    argv += ["--entrypoint", svc.argv[0], svc.image] + list(svc.argv[1:])
+    return argv
+
+
+def exec_argv(dep: Deployment, svc: Service) -> list[str]:
+    """What ``ExecStart=`` runs: the engine argv (venv) or the docker form (container)."""
+    if svc.runtime == "container":
+        if not svc.image:
+            raise ValueError(f"{svc.name}: container runtime but no image for engine {svc.engine} "
+                             "(set glmops_image or use glmops_runtime: venv)")
+        return container_argv(dep, svc)
+    return list(svc.argv)
+
+
+def env_lines(dep: Deployment, svc: Service) -> list[tuple[str, str]]:
+    """Sorted env pairs for the env file. In containers the device list is chosen by
+    ``--gpus``, so ``CUDA_VISIBLE_DEVICES`` (host numbering) is left out."""
+    env = dict(svc.env)
+    if svc.runtime == "container":
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    out = []
+    for key in sorted(env):
+        if not _ENV_KEY.match(key):
+            raise ValueError(f"{svc.name}: environment variable name {key!r} is not valid (letters, digits, _)")
+        value = str(env[key])
+        if "\n" in value:
+            raise ValueError(f"{svc.name}: environment variable {key} has a newline in its value")
+        if not _ENV_SAFE.match(value):
+            value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        out.append((key, value))
+    return out
+
+
+def env_text(dep: Deployment, svc: Service) -> str:
+    """The ``EnvironmentFile=`` text (KEY=VALUE lines, systemd syntax; also read by
+    ``docker run --env-file``)."""
+    return _env().get_template("service.env.j2").render(dep=dep, svc=svc, env=env_lines(dep, svc))
+
+
+def unit_text(dep: Deployment, svc: Service, plan: Plan | None = None) -> str:
+    """The systemd unit for ``svc``. Same-host ``depends_on`` become ``After=``."""
+    after = []
+    if plan is not None:
+        same = {s.name for s in plan.services if s.host == svc.host}
+        after = [f"{d}.service" for d in svc.depends_on if d in same]
+    return _env().get_template("unit.service.j2").render(
+        dep=dep, svc=svc, container=svc.runtime == "container", after=after,
+        target=target_name(dep), user=dep.service_user, env_path=env_path(dep, svc),
+        home=f"{dep.state_dir}/{dep.name}", state_subdir=_state_subdir(dep),
+        exec_start=" ".join(systemd_quote(w) for w in exec_argv(dep, svc)),
+        docker=DOCKER, timeout_start=checkpoint_timeout_s(dep), nofile=NOFILE,
+        start_limit_interval=START_LIMIT_INTERVAL_S, start_limit_burst=START_LIMIT_BURST,
+    )
+
+
+def _state_subdir(dep: Deployment) -> str:
+    root = dep.state_dir.rstrip("/")
+    if root.startswith("/var/lib/"):
+        return f"{root[len('/var/lib/'):]}/{dep.name}"
+    raise ValueError(f"state_dir {dep.state_dir!r} must be under /var/lib (systemd StateDirectory=)")
+
+
+def target_text(dep: Deployment, plan: Plan, host: str) -> str:
+    """``glm-<dep>.target`` for ``host``: ``Wants=`` every unit of the deployment there."""
+    units = [s.unit for s in plan.on_host(host)]
+    return _env().get_template("deployment.target.j2").render(dep=dep, host=host, units=units)
+
+
+def config_text(cf: ConfigFile) -> str:
+    """A ConfigFile as text: YAML (block style, keys in the plan's order, ``null`` kept),
+    JSON (indented), or the string itself."""
+    if cf.format == "yaml":
+        import yaml
+
+        return yaml.safe_dump(cf.content, sort_keys=False, default_flow_style=False)
+    if cf.format == "json":
+        return json.dumps(cf.content, indent=2) + "\n"
+    return str(cf.content)
+
+
+def host_files(dep: Deployment, plan: Plan, host: str) -> list[RenderedFile]:
+    """Every file a deploy places on ``host``: units, target, env files (0600), configs."""
+    files: list[RenderedFile] = []
+    for svc in plan.on_host(host):
+        files.append(RenderedFile(f"/etc/systemd/system/{svc.unit}", unit_text(dep, svc, plan)))
+        files.append(RenderedFile(env_path(dep, svc), env_text(dep, svc), "0600"))
+        for cf in svc.files:
+            files.append(RenderedFile(cf.path, config_text(cf), cf.mode))
+    files.append(RenderedFile(f"/etc/systemd/system/{target_name(dep)}", target_text(dep, plan, host)))
+    return files
+
+
+def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[Path]:
+    """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes.
+    Returns the written paths."""
+    written: list[Path] = []
+    root = Path(out_dir)
+    for host in plan.hosts:
+        for f in host_files(dep, plan, host):
+            path = root / host / f.path.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f.content, encoding="utf-8")
+            path.chmod(int(f.mode, 8))
+            written.append(path)
+    return written

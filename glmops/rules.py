@@ -1,0 +1,985 @@
+"""Rules: every problem with a Deployment (and its Plan) before any host is touched.
+
+``check(deployment)`` returns all problems of the deployment itself; ``check_plan(plan,
+deployment)`` those only visible once services are placed (GPU overlap, port collisions per
+host, advertised addresses, the TensorRT-LLM configs as rendered); ``validate(deployment)``
+runs both around ``glmops.plan.build`` and is what ``glmops validate``, ``glmops plan`` and the
+playbooks' first play call. Nothing here does I/O besides reading the packaged catalog.
+
+Each :class:`~glmops.model.Problem` has a stable ``code``, the inventory ``path`` of the key,
+a ``message`` naming the value and what is accepted, and a ``hint``. Facts come from the
+catalog (``glmops/catalog/*.yaml``, each with its seed source); codes named after field cases
+(``F01_...``) implement /work/shared/cases/field-cases.md.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from glmops import catalog as catalog_mod
+from glmops.model import Deployment, Plan, PoolSpec, Problem, Service, ValidationError
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+from glmops.variables import CHECKPOINT_KEYS, VARIABLES  # noqa: E402  (choices have one source)
+
+TOPOLOGIES = VARIABLES["glmops_topology"].choices or ()
+RUNTIMES = VARIABLES["glmops_runtime"].choices or ()
+CHECKPOINT_MODES = CHECKPOINT_KEYS["mode"].choices or ()
+DYNAMO_BACKENDS = VARIABLES["glmops_dynamo_backend"].choices or ()
+# Engine-neutral KV cache dtype names glmops accepts for every engine (mapped by the engine module).
+NEUTRAL_KV_DTYPES = ("auto", "bf16", "fp8", "nvfp4")
+TRANSFORMERS_PIN = "transformers==5.17.0"  # seed 000: image and video inputs need it
+LOCALHOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _canon(key: str) -> str:
+    """Flag names compare without leading dashes and with ``_`` == ``-`` (vLLM's own rule)."""
+    return str(key).lstrip("-").replace("_", "-").lower()
+
+
+def _dig(data: Any, dotted: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted path in nested dicts; keys compare canonically."""
+    cur = data
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return False, None
+        match = next((k for k in cur if _canon(k) == _canon(part)), None)
+        if match is None:
+            return False, None
+        cur = cur[match]
+    return True, cur
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _args(dep: Deployment, pool: PoolSpec) -> dict[str, Any]:
+    """Effective engine_args of a pool (deployment-wide, then pool), canonical keys."""
+    out: dict[str, Any] = {}
+    for layer in (dep.engine_args, pool.engine_args):
+        for key, value in (layer or {}).items():
+            out[_canon(key)] = value
+    return out
+
+
+def _config(dep: Deployment, pool: PoolSpec) -> dict[str, Any]:
+    return _deep_merge(dep.engine_config or {}, pool.engine_config or {})
+
+
+def _env(dep: Deployment, pool: PoolSpec) -> dict[str, str]:
+    return {**(dep.env or {}), **(pool.env or {})}
+
+
+def _backend(dep: Deployment) -> str:
+    if dep.engine == "dynamo":
+        return str(dep.extra.get("dynamo_backend") or "vllm")
+    return dep.engine
+
+
+def _src(dep: Deployment, *keys: str) -> str:
+    """Inventory path of the first key the inventory set, else the last (most general) key."""
+    for key in keys:
+        if key in dep.sources:
+            return dep.sources[key]
+    return dep.source(keys[-1])
+
+
+def _version(text: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        return None
+
+
+def _kv_dtype(dep: Deployment, pool: PoolSpec) -> tuple[str, str]:
+    """(value, inventory path) of the effective KV cache dtype of a pool."""
+    args = _args(dep, pool)
+    if "kv-cache-dtype" in args and args["kv-cache-dtype"] is not None:
+        key = next((k for k in pool.engine_args if _canon(k) == "kv-cache-dtype"), None)
+        where = f"pools.{pool.role}.engine_args.{key}" if key else "engine_args.kv_cache_dtype"
+        return str(args["kv-cache-dtype"]), _src(dep, where, "engine_args.kv-cache-dtype", "kv_cache_dtype")
+    found, value = _dig(_config(dep, pool), "kv_cache_config.dtype")
+    if found and value is not None:
+        return str(value), _src(dep, f"pools.{pool.role}.engine_config.kv_cache_config", "engine_config.kv_cache_config", "kv_cache_dtype")
+    return str(dep.kv_cache_dtype or "auto"), _src(dep, "kv_cache_dtype")
+
+
+def _speculative(dep: Deployment, pool: PoolSpec) -> Any:
+    """Effective speculative settings of a pool, in one comparable shape: the engine-neutral
+    dict (``pool.speculative``) plus any engine-level override (TRT-LLM ``speculative_config``
+    key, vLLM/SGLang ``speculative-*`` flags)."""
+    spec = dict(pool.speculative or {})
+    found, cfg = _dig(_config(dep, pool), "speculative_config")
+    if found:
+        spec["engine_config.speculative_config"] = cfg
+    for key, value in _args(dep, pool).items():
+        if key.startswith("speculative") or key in ("spec-method", "spec-tokens", "spec-model"):
+            spec[f"engine_args.{key}"] = value
+    return spec or None
+
+
+def _draft_len(spec: dict | None) -> tuple[bool, Any]:
+    if not spec:
+        return False, None
+    for key in ("num_speculative_tokens", "max_draft_len"):
+        if key in spec:
+            return True, spec[key]
+    cfg = spec.get("engine_config.speculative_config")
+    if isinstance(cfg, dict) and "max_draft_len" in cfg:
+        return True, cfg["max_draft_len"]
+    return False, None
+
+
+def _problem(out: list[Problem], code: str, path: str, message: str, hint: str = "") -> None:
+    out.append(Problem(code, path, message, hint))
+
+
+# ----------------------------------------------------------------------------- check
+
+
+def check(dep: Deployment) -> list[Problem]:
+    """Every problem of ``dep`` found without planning, in a stable order: first the
+    inventory's type/shape problems (``dep.extra["problems"]``), then catalog keys, pools and
+    GPUs, memory, the seeds' constraints and the field cases. Empty list = valid."""
+    cat = catalog_mod.load()
+    out: list[Problem] = list(dep.extra.get("problems") or [])
+    known = _check_keys(dep, cat, out)
+    if not known:
+        return _dedupe(out)
+    model = cat.model(dep.model)
+    variant = cat.variant(dep.model, dep.variant)
+    hw = cat.hw(dep.hardware)
+    engine = cat.engine(dep.engine)
+    backend = cat.engine(_backend(dep))
+    _check_pools(dep, hw, out)
+    _check_memory(dep, variant, hw, cat, out)
+    _check_arch(dep, model, variant, hw, engine, out)
+    _check_kv_dtype(dep, model, hw, backend, out)
+    _check_speculative(dep, model, out)
+    _check_trtllm(dep, model, engine, out)
+    _check_limits(dep, model, out)
+    _check_versions(dep, engine, out)
+    _check_image(dep, engine, hw, out)
+    _check_multimodal(dep, model, out)
+    _check_checkpoint(dep, variant, out)
+    _check_disagg(dep, backend, out)
+    _check_side_channels(dep, out)
+    return _dedupe(out)
+
+
+def _dedupe(problems: Iterable[Problem]) -> list[Problem]:
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Problem] = []
+    for p in problems:
+        key = (p.code, p.path, p.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
+    """Catalog keys and plain choices. Returns False when model/variant/engine/hardware is
+    unusable (later rules need them)."""
+    ok = True
+    engines = [k for k, e in cat.engines.items() if e.get("kind") != "router"]
+    for field, var, accepted in (
+        ("model", "glmops_model", list(cat.models)),
+        ("engine", "glmops_engine", engines),
+        ("hardware", "glmops_hardware", list(cat.hardware)),
+    ):
+        value = getattr(dep, field)
+        if value not in accepted:
+            what = "missing" if not value else f"{value!r} is unknown"
+            _problem(out, "CATALOG_KEY", _src(dep, field, var), f"{var} {what}; accepted: {', '.join(accepted)}",
+                     f"set {var} in group_vars/all.yml")
+            ok = False
+    if dep.model in cat.models:
+        variants = list(cat.models[dep.model]["variants"])
+        if dep.variant not in variants:
+            _problem(out, "CATALOG_KEY", _src(dep, "variant", "glmops_variant"),
+                     f"glmops_variant {dep.variant!r} is unknown for {dep.model}; accepted: {', '.join(variants)}")
+            ok = False
+    for field, var, accepted in (
+        ("topology", "glmops_topology", TOPOLOGIES),
+        ("runtime", "glmops_runtime", RUNTIMES),
+    ):
+        value = getattr(dep, field)
+        if value not in accepted:
+            _problem(out, "CHOICE", _src(dep, field, var), f"{var} {value!r} is not accepted; accepted: {', '.join(accepted)}")
+    if dep.engine == "dynamo" and dep.extra.get("dynamo_backend") not in DYNAMO_BACKENDS:
+        _problem(out, "CHOICE", _src(dep, "glmops_dynamo_backend"),
+                 f"glmops_dynamo_backend {dep.extra.get('dynamo_backend')!r} is not accepted; accepted: {', '.join(DYNAMO_BACKENDS)}")
+    if dep.checkpoint.mode not in CHECKPOINT_MODES:
+        _problem(out, "CHOICE", _src(dep, "checkpoint.mode"),
+                 f"glmops_checkpoint.mode {dep.checkpoint.mode!r} is not accepted; accepted: {', '.join(CHECKPOINT_MODES)}")
+    return ok
+
+
+# --- pools and GPUs ------------------------------------------------------------------------
+
+
+def _pool_hosts(dep: Deployment, pool: PoolSpec) -> list[str]:
+    if pool.hosts:
+        return [h for h in pool.hosts if h in dep.hosts]
+    workers = dep.extra.get("workers") or []
+    return [h for h in workers if h in dep.hosts] or list(dep.hosts)
+
+
+def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
+    roles = [p.role for p in dep.pools]
+    want = ["agg"] if dep.topology == "agg" else ["prefill", "decode"]
+    if sorted(roles) != sorted(want):
+        _problem(out, "POOLS", _src(dep, "pools", "glmops_topologies"),
+                 f"topology {dep.topology} has pools {roles or 'none'}; accepted: exactly {' + '.join(want)}"
+                 + (" (TensorRT-LLM: context + generation)" if dep.topology == "disagg" else ""),
+                 f"define glmops_topologies.{dep.topology}.pools, or use a hardware/engine with a catalog layout")
+    gpn = int(hw.get("gpus_per_node") or 0)
+    cpu = gpn == 0
+    # host GPU indices
+    for name, host in dep.hosts.items():
+        if cpu:
+            continue
+        bad = [g for g in host.gpus if not isinstance(g, int) or g < 0 or g >= gpn]
+        dup = sorted({g for g in host.gpus if host.gpus.count(g) > 1})
+        if bad or dup:
+            _problem(out, "GPU_INDEX", _src(dep, f"hosts.{name}.gpus", f"hosts.{name}"),
+                     f"host {name} glmops_gpus {host.gpus} has " + (f"indices {bad} outside " if bad else f"duplicates {dup} of ")
+                     + f"{hw.get('name')}'s GPUs; accepted: distinct indices 0..{gpn - 1}")
+    for pool in dep.pools:
+        ppath = _src(dep, f"pools.{pool.role}")
+        bad_keys = [k for k in ("tp", "pp", "ep", "dp", "replicas")
+                    if not isinstance(getattr(pool, k), int) or getattr(pool, k) < 1]
+        for key in bad_keys:
+            _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.{key}", f"pools.{pool.role}"),
+                     f"pool {pool.role} {key} {getattr(pool, key)!r} is not accepted; accepted: an integer >= 1")
+        if bad_keys:
+            continue
+        world = pool.world_size
+        if pool.ep > world or world % pool.ep:
+            _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.ep", ppath),
+                     f"pool {pool.role} ep {pool.ep} does not divide tp x pp x dp = {world}; accepted: a divisor of {world}",
+                     "expert parallelism reuses the replica's GPUs")
+        if pool.port is not None and not 1 <= pool.port <= 65535:
+            _problem(out, "PORT", _src(dep, f"pools.{pool.role}.port", ppath),
+                     f"pool {pool.role} port {pool.port} is not accepted; accepted: 1..65535")
+        if cpu:
+            continue
+        hosts = _pool_hosts(dep, pool)
+        if pool.gpus:
+            bad = [g for g in pool.gpus if g < 0 or g >= gpn]
+            dup = sorted({g for g in pool.gpus if pool.gpus.count(g) > 1})
+            if bad or dup:
+                _problem(out, "GPU_INDEX", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                         f"pool {pool.role} gpus {pool.gpus}: " + (f"indices {bad} outside" if bad else f"duplicates {dup} of")
+                         + f" {hw.get('name')}'s GPUs; accepted: distinct indices 0..{gpn - 1}")
+                continue
+            for h in hosts:
+                missing = [g for g in pool.gpus if g not in dep.hosts[h].gpus]
+                if missing:
+                    _problem(out, "GPU_INDEX", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                             f"pool {pool.role} gpus {pool.gpus} include {missing}, not in host {h}'s glmops_gpus "
+                             f"{dep.hosts[h].gpus}; accepted: a subset of {dep.hosts[h].gpus}")
+            per_host = len(pool.gpus)
+            if world <= per_host and per_host % world:
+                _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                         f"pool {pool.role} gpus {pool.gpus} ({per_host} GPUs) is not a multiple of "
+                         f"tp {pool.tp} x pp {pool.pp} x dp {pool.dp} = {world}; accepted: {world} x k GPUs per host",
+                         "match the pool's gpus to its parallelism")
+                continue
+            if world > per_host and world % per_host:
+                _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                         f"pool {pool.role} needs {world} GPUs per replica (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}) "
+                         f"but gpus {pool.gpus} gives {per_host} per host and {world} is not a multiple of it; "
+                         f"accepted: a replica of whole hosts ({per_host} x n GPUs)")
+                continue
+        per_host_counts = {h: len([g for g in dep.hosts[h].gpus if not pool.gpus or g in pool.gpus]) for h in hosts}
+        if not hosts:
+            _problem(out, "GPU_COUNT", ppath, f"pool {pool.role} has no hosts; accepted: inventory hosts or groups")
+            continue
+        max_per_host = max(per_host_counts.values())
+        if world > max_per_host and (max_per_host == 0 or world % max_per_host):
+            _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.tp", ppath),
+                     f"pool {pool.role} needs {world} GPUs per replica (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}); "
+                     f"hosts have {max_per_host} usable GPUs each; accepted: <= {max_per_host}, or a multiple of it "
+                     f"spanning whole hosts", "change tp/pp/dp or the hosts' glmops_gpus")
+            continue
+        total = sum(per_host_counts.values())
+        need = world * pool.replicas
+        if need > total:
+            _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.replicas", f"pools.{pool.role}.tp", ppath),
+                     f"pool {pool.role} needs {pool.replicas} x {world} = {need} GPUs (replicas {pool.replicas} x tp {pool.tp} "
+                     f"x pp {pool.pp} x dp {pool.dp}) but its hosts {hosts} have {total}"
+                     + (f" within the pool's gpus {pool.gpus}" if pool.gpus else "") + f"; accepted: <= {total}",
+                     "add hosts, lower replicas or parallelism")
+    # total demand of all pools on shared hosts (pools pinned to disjoint gpus are fine)
+    if not cpu and len(dep.pools) > 1:
+        shared = set(_pool_hosts(dep, dep.pools[0]))
+        for pool in dep.pools[1:]:
+            shared &= set(_pool_hosts(dep, pool))
+        if shared and not all(p.gpus for p in dep.pools):
+            total = sum(len(dep.hosts[h].gpus) for h in set().union(*(_pool_hosts(dep, p) for p in dep.pools)))
+            need = sum(p.world_size * p.replicas for p in dep.pools)
+            if need > total:
+                roles = " + ".join(f"{p.role} {p.replicas}x{p.world_size}" for p in dep.pools)
+                _problem(out, "GPU_COUNT", _src(dep, "pools", "glmops_topologies"),
+                         f"pools need {need} GPUs ({roles}) but their hosts have {total}; accepted: <= {total}",
+                         "add hosts or pin each pool to its own hosts/gpus")
+        elif all(p.gpus for p in dep.pools):
+            first, *rest = dep.pools
+            for other in rest:
+                both = set(first.gpus) & set(other.gpus)
+                hosts_both = set(_pool_hosts(dep, first)) & set(_pool_hosts(dep, other))
+                if both and hosts_both:
+                    _problem(out, "GPU_OVERLAP", _src(dep, f"pools.{other.role}.gpus"),
+                             f"pools {first.role} and {other.role} both use GPUs {sorted(both)} on {sorted(hosts_both)}; "
+                             f"accepted: disjoint gpus per host", "seed 000: context 0-3, generation 4-7")
+
+
+def _shards(pool: PoolSpec) -> int:
+    """GPUs one copy of the weights is split over: tp x pp, times dp when experts are spread
+    over the data-parallel ranks too (ep > 1 or attention DP)."""
+    shards = pool.tp * pool.pp
+    if pool.dp > 1 and (pool.ep > 1 or pool.attention_dp):
+        shards *= pool.dp
+    return max(shards, 1)
+
+
+def _check_memory(dep: Deployment, variant: dict, hw: dict, cat: Any, out: list[Problem]) -> None:
+    mem = float(hw.get("gpu_memory_gib") or 0)
+    size = float(dep.checkpoint.size_gib or variant.get("weight_gib") or 0)
+    if mem <= 0 or size <= 0:
+        return  # cpu lab hardware, or a checkpoint without a known size
+    headroom = float(cat.policy.get("memory_headroom_fraction", 0.10))
+    usable = mem * (1 - headroom)
+    for pool in dep.pools:
+        if pool.tp < 1 or pool.pp < 1 or pool.dp < 1:
+            continue
+        per_gpu = size / _shards(pool)
+        if per_gpu > usable:
+            need = size / usable
+            _problem(out, "MEMORY_FIT", _src(dep, f"pools.{pool.role}.tp", f"pools.{pool.role}"),
+                     f"{dep.model} {dep.variant} weights {size:g} GiB over {_shards(pool)} GPUs (pool {pool.role} tp {pool.tp} x pp {pool.pp}"
+                     f"{f' x dp {pool.dp}' if _shards(pool) != pool.tp * pool.pp else ''}) = {per_gpu:.1f} GiB per GPU, more than "
+                     f"{usable:.1f} GiB usable of {mem:g} GiB on {hw.get('name')} ({int(headroom * 100)}% headroom for KV cache and "
+                     f"activations); accepted: >= {int(-(-need // 1))} GPUs per copy of the weights",
+                     "raise tp/pp (more GPUs per replica), use larger GPUs or a smaller variant")
+
+
+def _arch_rank(arch: str) -> int:
+    m = re.match(r"sm(\d+)", arch or "")
+    return int(m.group(1)) if m else -1
+
+
+def _check_arch(dep: Deployment, model: dict, variant: dict, hw: dict, engine: dict, out: list[Problem]) -> None:
+    family = hw.get("arch_family")
+    if family == "cpu":
+        return  # the lab: engines (or their doubles) run on the CPU
+    vendors = engine.get("vendors")
+    if vendors and hw.get("vendor") not in vendors:
+        _problem(out, "ENGINE_HARDWARE", _src(dep, "engine", "glmops_engine"),
+                 f"engine {dep.engine} does not run on {hw.get('name')} ({hw.get('vendor')}); accepted vendors: {', '.join(vendors)}")
+    need_family = variant.get("requires_arch_family")
+    if need_family and family != need_family:
+        _problem(out, "NVFP4_BLACKWELL", _src(dep, "variant", "glmops_variant"),
+                 f"variant {dep.variant} of {dep.model} ({variant.get('repo')}) needs {need_family} GPUs; hardware "
+                 f"{hw.get('name')} is {hw.get('arch')} ({family}); accepted hardware: Blackwell (b200, gb200, b300, gb300)",
+                 "pick the fp8 variant on this hardware")
+    model_vendors = model.get("vendors")
+    if model_vendors and hw.get("vendor") not in model_vendors:
+        _problem(out, "ARCH", _src(dep, "hardware", "glmops_hardware"),
+                 f"{model.get('name')} runs on {', '.join(model_vendors)} GPUs only; hardware {hw.get('name')} is {hw.get('vendor')} "
+                 f"{hw.get('arch')}; accepted: {', '.join(model_vendors)} {model.get('min_arch')} or newer")
+    elif hw.get("vendor") == "nvidia" and _arch_rank(hw.get("arch", "")) < _arch_rank(model.get("min_arch", "")):
+        _problem(out, "ARCH", _src(dep, "hardware", "glmops_hardware"),
+                 f"{model.get('name')} needs {model.get('min_arch')} or newer; hardware {hw.get('name')} is {hw.get('arch')}")
+    if variant.get("multi_node_only"):
+        gpn = int(hw.get("gpus_per_node") or 0)
+        for pool in dep.pools:
+            per_host = len(pool.gpus) if pool.gpus else gpn
+            if pool.world_size <= per_host:
+                _problem(out, "BF16_MULTI_NODE", _src(dep, f"pools.{pool.role}.tp", "variant", "glmops_variant"),
+                         f"{model.get('name')} {dep.variant} needs multiple nodes per replica; pool {pool.role} uses "
+                         f"tp {pool.tp} x pp {pool.pp} x dp {pool.dp} = {pool.world_size} GPUs, one {hw.get('name')} node "
+                         f"({per_host} GPUs); accepted: > {per_host} GPUs per replica (e.g. tp {per_host} pp 2 over 2 nodes)",
+                         "seed 004: BF16 weights need multi-node deployment; or pick fp8/nvfp4")
+
+
+def _is_fp8(value: str) -> bool:
+    return str(value).lower().startswith("fp8")
+
+
+def _check_kv_dtype(dep: Deployment, model: dict, hw: dict, backend: dict, out: list[Problem]) -> None:
+    accepted = list(NEUTRAL_KV_DTYPES) + [v for v in ((backend.get("kv_cache_dtype") or {}).get("accepted") or []) if v not in NEUTRAL_KV_DTYPES]
+    min_arch = model.get("fp8_kv_cache_min_arch")
+    for pool in dep.pools or [PoolSpec(role="agg")]:
+        value, where = _kv_dtype(dep, pool)
+        if value not in accepted:
+            _problem(out, "KV_CACHE_DTYPE", where,
+                     f"kv_cache_dtype {value!r} is not accepted by {backend.get('name')}; accepted: {', '.join(accepted)}")
+            continue
+        if (min_arch and _is_fp8(value) and hw.get("vendor") == "nvidia"
+                and _arch_rank(hw.get("arch", "")) < _arch_rank(min_arch)):
+            _problem(out, "F03_FP8_KV_HOPPER", where,
+                     f"kv_cache_dtype {value!r} (FP8 KV cache) is not supported for {model.get('name')} on "
+                     f"{hw.get('name')} ({hw.get('arch')}, {hw.get('arch_family')}); accepted: bf16, auto",
+                     f"seed 002: Hopper must run BF16 KV for this model; FP8 KV needs {min_arch} (Blackwell)")
+        if str(value).startswith("nvfp4") and hw.get("arch_family") not in ("blackwell",):
+            _problem(out, "NVFP4_BLACKWELL", where,
+                     f"kv_cache_dtype {value!r} needs Blackwell; {hw.get('name')} is {hw.get('arch')}; accepted: auto, bf16, fp8")
+
+
+def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None:
+    trt = dep.engine == "trtllm"
+    for pool in dep.pools:
+        spec = pool.speculative
+        if not spec:
+            continue
+        where = _src(dep, f"pools.{pool.role}.speculative", "speculative", "glmops_speculative")
+        method = str(spec.get("method", "")).lower()
+        if method in ("", "none", "off"):
+            continue
+        if method == "mtp" and int(model.get("mtp_layers", 1) or 0) < 1:
+            _problem(out, "SPECULATIVE", where, f"{model.get('name')} has no MTP layer; accepted: method none")
+        if trt:
+            found, n = _draft_len(spec)
+            if method != "mtp":
+                _problem(out, "SPECULATIVE", where,
+                         f"speculative method {spec.get('method')!r} on TensorRT-LLM is not accepted for {model.get('name')}; accepted: mtp")
+            if not found:
+                _problem(out, "MTP_DRAFT_LEN", where,
+                         "speculative num_speculative_tokens is missing; accepted: 1..5 (TensorRT-LLM max_draft_len)")
+            elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 5:
+                _problem(out, "MTP_DRAFT_LEN", where,
+                         f"MTP max_draft_len (num_speculative_tokens) {n!r} is not accepted on TensorRT-LLM; accepted: 1..5",
+                         "seed 000: max_draft_len 1 to 5; the example uses 3")
+    if trt:
+        for pool in dep.pools:
+            found, cfg = _dig(_config(dep, pool), "speculative_config")
+            if found and isinstance(cfg, dict) and "max_draft_len" in cfg:
+                n = cfg["max_draft_len"]
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 5:
+                    _problem(out, "MTP_DRAFT_LEN",
+                             _src(dep, f"pools.{pool.role}.engine_config.speculative_config", "engine_config.speculative_config"),
+                             f"speculative_config.max_draft_len {n!r} is not accepted; accepted: 1..5 (seed 000)")
+    backend = catalog_mod.load().engines.get(_backend(dep)) or {}
+    if dep.topology == "disagg" and (backend.get("speculative") or {}).get("equal_on_both_pools", True):
+        pre, dec = dep.pool("prefill"), dep.pool("decode")
+        if pre and dec:
+            a, b = _speculative(dep, pre), _speculative(dep, dec)
+            if a != b:
+                _problem(out, "F16_SPECULATIVE_MISMATCH", _src(dep, "pools.decode.speculative", "pools.prefill.speculative", "speculative"),
+                         f"speculative settings differ: prefill {a!r}, decode {b!r}; accepted: the same settings on both pools "
+                         "(equal num_speculative_tokens / matching speculative_config)",
+                         "set glmops_speculative once for both pools (seeds 000, 001, 002)")
+
+
+def _check_trtllm(dep: Deployment, model: dict, engine: dict, out: list[Problem]) -> None:
+    if dep.engine != "trtllm":
+        return
+    snap = engine.get("mamba_snapshot") or {}
+    for pool in dep.pools:
+        cfg = _config(dep, pool)
+        cpath = _src(dep, f"pools.{pool.role}.engine_config", "engine_config", "glmops_engine_config")
+        # block reuse needs a periodic Mamba snapshot interval (seed 000)
+        if model.get("block_reuse_needs_mamba_snapshot"):
+            found, reuse = _dig(cfg, snap.get("reuse_key", "kv_cache_config.enable_block_reuse"))
+            has_new, interval = _dig(cfg, snap.get("interval_key", "kv_cache_config.mamba_state_config.periodic_snapshot_interval"))
+            has_old, old = _dig(cfg, snap.get("deprecated_interval_key", "kv_cache_config.mamba_state_cache_interval"))
+            if found and reuse is True and not ((has_new and interval) or (has_old and old)):
+                _problem(out, "BLOCK_REUSE_SNAPSHOT", cpath,
+                         f"pool {pool.role} kv_cache_config.enable_block_reuse is true without "
+                         f"kv_cache_config.mamba_state_config.periodic_snapshot_interval; accepted: an interval > 0 "
+                         f"(e.g. {snap.get('example_interval', 256)}) or enable_block_reuse false",
+                         "seed 000: without the snapshot policy reuse is disabled")
+        # cuda_graph_config.max_batch_size == max_batch_size (seed 000)
+        found, cg = _dig(cfg, "cuda_graph_config")
+        mbs = _args(dep, pool).get("max-batch-size", dep.max_batch_size)
+        if "max_batch_size" in cfg:
+            mbs = cfg["max_batch_size"]
+        if found and isinstance(cg, dict) and "max_batch_size" in cg and mbs is not None and cg["max_batch_size"] != mbs:
+            _problem(out, "CUDA_GRAPH_BATCH", cpath,
+                     f"pool {pool.role} cuda_graph_config.max_batch_size {cg['max_batch_size']!r} differs from max_batch_size "
+                     f"{mbs!r}; accepted: {mbs!r}", "seed 000: set it to match --max_batch_size")
+        if found and isinstance(cg, dict) and cg.get("batch_sizes") and "max_batch_size" in cg:
+            if cg["max_batch_size"] != max(cg["batch_sizes"]):
+                _problem(out, "CUDA_GRAPH_BATCH", cpath,
+                         f"pool {pool.role} cuda_graph_config.max_batch_size {cg['max_batch_size']!r} is not "
+                         f"max(batch_sizes) {max(cg['batch_sizes'])}; accepted: {max(cg['batch_sizes'])}")
+        # context workers: disable_overlap_scheduler true, cuda_graph_config null (seed 000)
+        if dep.topology == "disagg" and pool.role == "prefill":
+            want = engine.get("context_worker") or {"disable_overlap_scheduler": True, "cuda_graph_config": None}
+            for key, value in want.items():
+                has, got = _dig(cfg, key)
+                if has and got != value:
+                    _problem(out, "CONTEXT_WORKER_CONFIG", _src(dep, f"pools.prefill.engine_config.{key}", cpath),
+                             f"context worker {key} is {got!r}; accepted: {value!r}",
+                             "seed 000: set disable_overlap_scheduler: true and cuda_graph_config: null on the context worker")
+
+
+def _check_limits(dep: Deployment, model: dict, out: list[Problem]) -> None:
+    limit = int(model.get("max_context") or 0)
+    candidates: list[tuple[Any, str]] = [(dep.max_seq_len, _src(dep, "max_seq_len", "glmops_max_seq_len"))]
+    for pool in dep.pools:
+        args = _args(dep, pool)
+        for flag in ("max-seq-len", "max-model-len", "context-length"):
+            if flag in args:
+                candidates.append((args[flag], _src(dep, f"pools.{pool.role}.engine_args", "engine_args")))
+        if "max_seq_len" in _config(dep, pool):
+            candidates.append((_config(dep, pool)["max_seq_len"], _src(dep, f"pools.{pool.role}.engine_config", "engine_config")))
+    for value, where in candidates:
+        if value is None or str(value) in ("auto", "-1"):
+            continue
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            _problem(out, "MAX_SEQ_LEN", where, f"max_seq_len {value!r} is not an integer; accepted: 1..{limit:,}")
+            continue
+        if n < 1 or (limit and n > limit):
+            _problem(out, "MAX_SEQ_LEN", where,
+                     f"max_seq_len {n:,} is not accepted for {model.get('name')}; accepted: 1..{limit:,}",
+                     "seed 000/002: the checkpoint's maximum context is 1,048,576 tokens")
+    for field, var in (("max_batch_size", "glmops_max_batch_size"), ("max_num_tokens", "glmops_max_num_tokens")):
+        value = getattr(dep, field)
+        if value is not None and value < 1:
+            _problem(out, "LIMIT", _src(dep, field, var), f"{var} {value!r} is not accepted; accepted: an integer >= 1")
+
+
+def _check_versions(dep: Deployment, engine: dict, out: list[Problem]) -> None:
+    where = _src(dep, "engine_version", "glmops_engine_version")
+    have = _version(dep.engine_version)
+    if have is None:
+        _problem(out, "ENGINE_VERSION", where,
+                 f"glmops_engine_version {dep.engine_version!r} is not a version; accepted: e.g. {engine.get('version')}")
+        return
+    floor = engine.get("min_version")
+    by_model = (engine.get("min_version_by_model") or {}).get(dep.model)
+    candidates = [(m, w) for m, w in ((floor, f"{engine.get('name')}"), (by_model, f"{engine.get('name')} for {dep.model}")) if m]
+    if candidates:
+        candidates = [max(candidates, key=lambda c: _version(c[0]))]
+    for minimum, why in candidates:
+        if minimum and have < _version(minimum):
+            _problem(out, "ENGINE_VERSION", where,
+                     f"glmops_engine_version {dep.engine_version!r} is older than the minimum for {why}; accepted: >= {minimum}",
+                     f"catalog engines.yaml ({engine.get('source')})")
+
+
+def _check_image(dep: Deployment, engine: dict, hw: dict, out: list[Problem]) -> None:
+    """Container runtime needs an image: ``glmops_image`` or the catalog's for engine x model x vendor."""
+    if dep.runtime != "container" or dep.extra.get("image"):
+        return
+    image = ((engine.get("image_by_model") or {}).get(dep.model) or (engine.get("image_by_vendor") or {}).get(hw.get("vendor"))
+             or engine.get("default_image"))
+    if not image:
+        _problem(out, "IMAGE", _src(dep, "runtime", "glmops_runtime"),
+                 f"glmops_runtime 'container' but the catalog names no {engine.get('name')} image for {dep.model} "
+                 f"and glmops_image is unset; accepted: glmops_image set, or glmops_runtime 'venv'",
+                 "the seeds name no image for this engine")
+
+
+def _check_multimodal(dep: Deployment, model: dict, out: list[Problem]) -> None:
+    if not dep.multimodal:
+        return
+    where = _src(dep, "multimodal", "glmops_multimodal")
+    if not {"image", "video"} & set(model.get("modalities") or []):
+        _problem(out, "MULTIMODAL", where, f"{model.get('name')} takes {model.get('modalities')} input; accepted: glmops_multimodal false")
+    for spec in dep.extra.get("pip_extra") or []:
+        name = re.split(r"[<>=!~\[ ;]", str(spec), maxsplit=1)[0].strip().lower()
+        if name == "transformers" and str(spec).replace(" ", "") != TRANSFORMERS_PIN:
+            _problem(out, "TRANSFORMERS_PIN", _src(dep, "pip_extra", "glmops_pip_extra"),
+                     f"glmops_pip_extra has {spec!r} while image/video input is on; accepted: {TRANSFORMERS_PIN}",
+                     "seed 000: image and video inputs need the native Glm5NextProcessor from transformers==5.17.0")
+
+
+def _check_checkpoint(dep: Deployment, variant: dict, out: list[Problem]) -> None:
+    ck = dep.checkpoint
+    if not ck.repo:
+        _problem(out, "CHECKPOINT_REPO", _src(dep, "checkpoint.repo", "checkpoint", "glmops_checkpoint"),
+                 f"variant {dep.variant} of {dep.model} has no repo in the catalog and glmops_checkpoint.repo is unset; "
+                 "accepted: a Hugging Face repo id (owner/name)")
+    if ck.revision is not None and ck.offline and not HEX40.match(str(ck.revision)):
+        _problem(out, "F12_REVISION", _src(dep, "checkpoint.revision", "checkpoint", "glmops_checkpoint"),
+                 f"glmops_checkpoint.revision {ck.revision!r} is not a commit while serving offline; accepted: a 40-hex commit "
+                 "sha (e.g. f46cf340d35a22d0d83d0c1dac8957cf2b1bcd35)",
+                 "pin the commit so serving never depends on the hub (HF_HUB_OFFLINE=1), or unset it to pin at download")
+
+
+def _transport(dep: Deployment, pool: PoolSpec) -> str:
+    """KV transfer backend of a disagg pool, lower case: nixl | mooncake | ucx | ..."""
+    backend = _backend(dep)
+    args = _args(dep, pool)
+    if backend == "sglang":
+        return str(args.get("disaggregation-transfer-backend") or "mooncake").lower()
+    if backend == "vllm":
+        found, conn = _dig(args, "kv-transfer-config.kv_connector")
+        conn = str(conn if found and conn else "NixlConnector")
+        return "nixl" if conn.lower().startswith("nixl") else conn.lower().replace("connector", "")
+    if backend == "trtllm":
+        found, be = _dig(_config(dep, pool), "cache_transceiver_config.backend")
+        return str(be if found and be else "NIXL").lower()
+    return ""
+
+
+def _layout_settings(dep: Deployment, pool: PoolSpec, layout_keys: dict) -> dict[str, Any]:
+    """Layout-affecting settings of a pool: name -> effective value (``None`` = default)."""
+    args = _args(dep, pool)
+    cfg = _config(dep, pool)
+    env = _env(dep, pool)
+    out: dict[str, Any] = {}
+    hybrid = None
+    for key in layout_keys.get("engine_args") or []:
+        c = _canon(key)
+        if c in ("disable-hybrid-kv-cache-manager", "no-disable-hybrid-kv-cache-manager", "enable-hybrid-kv-cache-manager"):
+            if c in args and args[c] is not None:
+                enabled = bool(args[c]) if c != "disable-hybrid-kv-cache-manager" else not bool(args[c])
+                hybrid = "enabled" if enabled else "disabled"
+            continue
+        if c.startswith("speculative") or c == "kv-cache-dtype":
+            continue  # compared by F16 / as kv_cache_dtype below
+        found, value = _dig(args, key)
+        out[f"engine_args.{key}"] = value if found else None
+    if any(_canon(k) in ("disable-hybrid-kv-cache-manager",) for k in layout_keys.get("engine_args") or []):
+        out["hybrid KV cache manager"] = hybrid
+    for key in layout_keys.get("engine_config") or []:
+        if key.startswith("speculative"):
+            continue
+        found, value = _dig(cfg, key)
+        out[f"engine_config.{key}"] = value if found else None
+    out["kv_cache_dtype"] = _kv_dtype(dep, pool)[0]
+    for name in layout_keys.get("env") or []:
+        out[f"env {name}"] = env.get(name)
+    for name, value in env.items():
+        if any(name.startswith(prefix) for prefix in layout_keys.get("env_prefixes") or []):
+            out[f"env {name}"] = value
+    return out
+
+
+def _check_disagg(dep: Deployment, backend: dict, out: list[Problem]) -> None:
+    # F04 runs for any TRT-LLM deployment: the variables conflict in one environment.
+    if dep.engine == "trtllm" or _backend(dep) == "trtllm":
+        tenv = (backend.get("transport_env") or {})
+        var = tenv.get("backend_var", "TRTLLM_NIXL_KVCACHE_BACKEND")
+        for pool in dep.pools:
+            env = _env(dep, pool)
+            for other in tenv.get("conflicting_vars") or ["NIXL_BACKEND"]:
+                if other in env and var in env:
+                    _problem(out, "F04_TRANSPORT_ENV",
+                             _src(dep, f"pools.{pool.role}.env.{other}", f"env.{other}", f"pools.{pool.role}.env.{var}", f"env.{var}"),
+                             f"pool {pool.role} env sets both {other}={env[other]!r} and {var}={env[var]!r}; accepted: only "
+                             f"{var} ({', '.join(tenv.get('backend_values') or ['UCX', 'LIBFABRIC'])})",
+                             f"TensorRT-LLM reads {var}; drop {other}")
+            if var in env and env[var] not in (tenv.get("backend_values") or ["UCX", "LIBFABRIC"]):
+                _problem(out, "F04_TRANSPORT_ENV", _src(dep, f"pools.{pool.role}.env.{var}", f"env.{var}"),
+                         f"{var} {env[var]!r} is not accepted; accepted: {', '.join(tenv.get('backend_values') or [])}")
+    if dep.topology != "disagg":
+        return
+    pre, dec = dep.pool("prefill"), dep.pool("decode")
+    if not (pre and dec):
+        return
+    # F01: layout-affecting settings (and transport env, F04) equal on both pools
+    a = _layout_settings(dep, pre, backend.get("layout_keys") or {})
+    b = _layout_settings(dep, dec, backend.get("layout_keys") or {})
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if va != vb:
+            code = "F04_TRANSPORT_ENV" if key.startswith("env ") and not key.startswith("env VLLM_") else "F01_LAYOUT_MISMATCH"
+            leaf = key.split(" ", 1)[-1] if key.startswith("env ") else key.split(".", 1)[-1]
+            section = "env" if key.startswith("env ") else key.split(".", 1)[0]
+            _problem(out, code,
+                     _src(dep, f"pools.prefill.{section}.{leaf}", f"pools.decode.{section}.{leaf}", "pools.prefill", "pools"),
+                     f"{key} differs between pools: prefill {va if va is not None else '(default)'!r}, decode "
+                     f"{vb if vb is not None else '(default)'!r}; accepted: the same value on prefill and decode",
+                     "set layout-affecting settings once (glmops_engine_args / glmops_env), not per pool")
+    # F06: cross-host NIXL needs RDMA devices pinned on every host
+    transports = {_transport(dep, pre), _transport(dep, dec)}
+    if "nixl" in transports:
+        hosts_pre, hosts_dec = _placed_hosts(dep, pre), _placed_hosts(dep, dec)
+        cross = len(hosts_pre | hosts_dec) > 1
+        if cross and (dep.hardware != "cpu"):
+            for h in sorted(hosts_pre | hosts_dec, key=list(dep.hosts).index):
+                if not dep.hosts[h].rdma_devices:
+                    _problem(out, "F06_RDMA_DEVICES", _src(dep, f"hosts.{h}.rdma_devices", f"hosts.{h}"),
+                             f"host {h} has no glmops_rdma_devices but NIXL transfers KV across hosts "
+                             f"({', '.join(sorted(hosts_pre | hosts_dec))}); accepted: a list of RDMA NICs, e.g. [mlx5_0, mlx5_1]",
+                             "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang")
+
+
+def _check_side_channels(dep: Deployment, out: list[Problem]) -> None:
+    """F05 (validation part) for user-chosen NIXL side-channel base ports on vLLM.
+
+    Which ports a vLLM worker binds for ``VLLM_NIXL_SIDE_CHANNEL_PORT`` depends on the build:
+    base + DP index (reference/serving-clis.md, vLLM 0.33) or base + DP rank x TP + TP rank
+    (earlier NixlConnector, the layout field case F05 describes). For a base port the user sets,
+    glmops reserves the wider range, one port per local rank (TP x PP x DP on the node), and
+    checks it against every other explicit side-channel range and HTTP/router port on the same
+    host. Ports glmops picks itself are checked on the plan (:func:`check_plan`).
+    """
+    if _backend(dep) != "vllm" or dep.topology != "disagg":
+        return
+    claims: dict[str, list[tuple[str, str, list[int], str]]] = {}
+    for pool in dep.pools:
+        env = _env(dep, pool)
+        base = env.get("VLLM_NIXL_SIDE_CHANNEL_PORT")
+        hosts = _placed_hosts(dep, pool)
+        if base is not None:
+            try:
+                start = int(base)
+            except ValueError:
+                _problem(out, "PORT", _src(dep, f"pools.{pool.role}.env.VLLM_NIXL_SIDE_CHANNEL_PORT", "env.VLLM_NIXL_SIDE_CHANNEL_PORT"),
+                         f"VLLM_NIXL_SIDE_CHANNEL_PORT {base!r} is not a port; accepted: 1..65535")
+                continue
+            per_node = pool.world_size
+            gpn = max((len(dep.hosts[h].gpus) for h in hosts), default=0) or per_node
+            ranks = min(per_node, gpn)
+            where = _src(dep, f"pools.{pool.role}.env.VLLM_NIXL_SIDE_CHANNEL_PORT", "env.VLLM_NIXL_SIDE_CHANNEL_PORT")
+            for h in hosts:
+                claims.setdefault(h, []).append((pool.role, "nixl_side_channel", list(range(start, start + ranks)), where))
+        if pool.port is not None:
+            for h in hosts:
+                claims.setdefault(h, []).append((pool.role, "http", [pool.port], _src(dep, f"pools.{pool.role}.port")))
+    if dep.router.host:
+        claims.setdefault(dep.router.host, []).append(("router", "http", [dep.router.port], _src(dep, "router.port")))
+    for host, items in claims.items():
+        for i, (role_a, what_a, ports_a, where_a) in enumerate(items):
+            for role_b, what_b, ports_b, where_b in items[i + 1:]:
+                if "nixl_side_channel" not in (what_a, what_b):
+                    continue  # HTTP vs HTTP is the plan's to check
+                both = sorted(set(ports_a) & set(ports_b))
+                if both:
+                    _problem(out, "F05_PORT_COLLISION", where_b if what_b == "nixl_side_channel" else where_a,
+                             f"on host {host} {role_a} {what_a} {_span(ports_a)} overlaps {role_b} {what_b} {_span(ports_b)} "
+                             f"(port {_span(both)}); accepted: disjoint ports per host, one NIXL side-channel port per rank",
+                             f"e.g. VLLM_NIXL_SIDE_CHANNEL_PORT {max(ports_a + ports_b) + 1} for {role_b}, or place it on another host")
+
+
+_ROLE_ORDER = {"agg": 0, "prefill": 1, "decode": 2}
+
+
+def _placement(dep: Deployment) -> dict[str, set[str]]:
+    """Role -> hosts its replicas land on, simulated the way glmops.plan places (pools in order
+    agg, prefill, decode; each replica on the first candidate host with enough free allowed
+    GPUs, else on whole hosts). Best effort: a pool that does not fit gets its candidate hosts."""
+    free = {h: list(spec.gpus) for h, spec in dep.hosts.items()}
+    cpu_taken: set[str] = set()
+    out: dict[str, set[str]] = {}
+    for pool in sorted(dep.pools, key=lambda p: _ROLE_ORDER.get(p.role, 9)):
+        hosts = _pool_hosts(dep, pool)
+        used: set[str] = set()
+        world = max(pool.world_size, 1)
+        gpu_less = not any(free.get(h) for h in hosts)
+        first = 0  # hosts before this index have no room for a replica (free GPUs only shrink)
+        for _replica in range(max(pool.replicas, 0)):
+            def allowed(h: str) -> list[int]:
+                return [g for g in free.get(h, []) if not pool.gpus or g in pool.gpus]
+
+            if gpu_less:  # no GPUs (cpu lab): each replica takes a whole host, as glmops.plan does
+                spare = next((h for h in hosts if h not in cpu_taken), None)
+                if spare is not None:
+                    cpu_taken.add(spare)
+                    used.add(spare)
+                continue
+            while first < len(hosts) and len(allowed(hosts[first])) < world:
+                first += 1
+            host = hosts[first] if first < len(hosts) else None
+            if host is not None:
+                take = allowed(host)[:world]
+                free[host] = [g for g in free[host] if g not in take]
+                used.add(host)
+                continue
+            whole = [h for h in hosts if allowed(h)]
+            per = len(allowed(whole[0])) if whole else 0
+            if per and world % per == 0 and len(whole) >= world // per:
+                for h in whole[: world // per]:
+                    take = allowed(h)
+                    free[h] = [g for g in free[h] if g not in take]
+                    used.add(h)
+            else:
+                used.update(hosts)
+        out[pool.role] = used or set(hosts)
+    return out
+
+
+def _placed_hosts(dep: Deployment, pool: PoolSpec) -> set[str]:
+    """Hosts ``pool`` lands on (see :func:`_placement`)."""
+    return _placement(dep).get(pool.role, set(_pool_hosts(dep, pool)))
+
+
+# ----------------------------------------------------------------------------- check_plan
+
+
+def _span(ports: list[int]) -> str:
+    ports = sorted(ports)
+    return f"{ports[0]}-{ports[-1]}" if len(ports) > 1 and ports[-1] - ports[0] == len(ports) - 1 else ",".join(map(str, ports))
+
+
+def _service_ports(svc: Service) -> dict[str, list[int]]:
+    ports = {k: list(v) for k, v in (svc.ports or {}).items()}
+    if svc.port and not any(svc.port in v for v in ports.values()):
+        ports.setdefault("http", []).insert(0, svc.port)
+    return ports
+
+
+def _service_path(dep: Deployment | None, svc: Service, purpose: str) -> str:
+    if dep is None:
+        return f"service {svc.name}"
+    if svc.role in ("router", "orchestrator", "frontend"):
+        return _src(dep, "router.port", "glmops_topologies.router.port", "router")
+    role = svc.role
+    keys = {
+        "http": [f"pools.{role}.port"],
+        "nixl_side_channel": [f"pools.{role}.env.VLLM_NIXL_SIDE_CHANNEL_PORT", "env.VLLM_NIXL_SIDE_CHANNEL_PORT"],
+    }.get(purpose, [])
+    return _src(dep, *keys, f"pools.{role}.env", f"pools.{role}", "pools")
+
+
+def check_plan(plan: Plan, dep: Deployment | None = None) -> list[Problem]:
+    """Problems visible on the planned services: every port a service binds (``Service.port``
+    plus ``Service.ports``, per rank) used twice on one host (F05), a GPU used twice on one
+    host, a GPU index outside the host's ``glmops_gpus``, an advertised localhost address on
+    a multi-host plan, and the TensorRT-LLM configs as rendered (CUDA graph batch, context
+    worker settings, block reuse without a Mamba snapshot interval)."""
+    out: list[Problem] = []
+    by_host: dict[str, list[Service]] = {}
+    for svc in plan.services:
+        by_host.setdefault(svc.host, []).append(svc)
+    multi_host = len(by_host) > 1
+    for host, services in by_host.items():
+        owners: dict[int, tuple[Service, str]] = {}
+        reported: set[tuple[str, str]] = set()
+        for svc in services:
+            for purpose, ports in _service_ports(svc).items():
+                for port in ports:
+                    if port in owners:
+                        other, other_purpose = owners[port]
+                        pair = tuple(sorted((f"{other.name}/{other_purpose}", f"{svc.name}/{purpose}")))
+                        if pair in reported:
+                            continue
+                        reported.add(pair)  # type: ignore[arg-type]
+                        mine = _service_ports(svc)[purpose]
+                        theirs = _service_ports(other)[other_purpose]
+                        overlap = sorted(set(mine) & set(theirs)) or [port]
+                        code = "F05_PORT_COLLISION"
+                        _problem(out, code, _service_path(dep, svc, purpose),
+                                 f"port {_span(overlap)} on host {host} is used by {other.name} ({other_purpose} {_span(theirs)}) "
+                                 f"and {svc.name} ({purpose} {_span(mine)}); accepted: every port once per host",
+                                 "move one base port so the per-rank ranges do not overlap, or place the pool on another host")
+                    else:
+                        owners[port] = (svc, purpose)
+        gpu_owner: dict[int, Service] = {}
+        for svc in services:
+            for g in svc.gpus:
+                if g in gpu_owner and gpu_owner[g] is not svc:
+                    _problem(out, "GPU_OVERLAP", f"host {host}" if dep is None else _src(dep, f"pools.{svc.role}.gpus", f"pools.{svc.role}"),
+                             f"GPU {g} on host {host} is used by {gpu_owner[g].name} and {svc.name}; accepted: each GPU once")
+                gpu_owner.setdefault(g, svc)
+            if dep is not None and host in dep.hosts and dep.hosts[host].gpus:
+                bad = [g for g in svc.gpus if g not in dep.hosts[host].gpus]
+                if bad:
+                    _problem(out, "GPU_INDEX", _src(dep, f"hosts.{host}.gpus", f"hosts.{host}"),
+                             f"{svc.name} uses GPUs {bad} not in host {host}'s glmops_gpus {dep.hosts[host].gpus}")
+        if multi_host:
+            for svc in services:
+                for key, value in (svc.env or {}).items():
+                    if (key.endswith("_HOST") or key.endswith("_HOST_IP") or key.endswith("_ADDR")) and str(value) in LOCALHOSTS[:3]:
+                        _problem(out, "ADVERTISE_ADDRESS", f"service {svc.name}",
+                                 f"{svc.name} on {host} advertises {key}={value!r} in a multi-host plan; accepted: "
+                                 f"the host's own address ({svc.address})", "set glmops_address for the host")
+                if dep is not None and "VLLM_NIXL_SIDE_CHANNEL_HOST" in (svc.env or {}) and host in dep.hosts:
+                    want = dep.hosts[host].address
+                    if svc.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] != want:
+                        _problem(out, "ADVERTISE_ADDRESS", f"service {svc.name}",
+                                 f"{svc.name} advertises VLLM_NIXL_SIDE_CHANNEL_HOST={svc.env['VLLM_NIXL_SIDE_CHANNEL_HOST']!r} "
+                                 f"on host {host}; accepted: {want!r}")
+    if plan.engine == "trtllm":
+        out += _check_trtllm_files(plan, dep)
+    return _dedupe(out)
+
+
+def _argv_value(argv: list[str], flag: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _check_trtllm_files(plan: Plan, dep: Deployment | None) -> list[Problem]:
+    out: list[Problem] = []
+    for svc in plan.services:
+        if svc.role not in ("agg", "prefill", "decode"):
+            continue
+        for f in svc.files:
+            if f.format != "yaml" or not isinstance(f.content, dict) or "hostname" in f.content:
+                continue
+            cfg = f.content
+            cg = cfg.get("cuda_graph_config")
+            mbs = cfg.get("max_batch_size") or _argv_value(svc.argv, "--max_batch_size")
+            if isinstance(cg, dict) and cg.get("max_batch_size") is not None and mbs is not None and int(cg["max_batch_size"]) != int(mbs):
+                _problem(out, "CUDA_GRAPH_BATCH", f"{svc.name}: {f.path}",
+                         f"cuda_graph_config.max_batch_size {cg['max_batch_size']} differs from --max_batch_size {mbs}; accepted: {mbs}")
+            if svc.role == "prefill" and plan.topology == "disagg":
+                if cfg.get("disable_overlap_scheduler") is not True or cfg.get("cuda_graph_config", "missing") is not None:
+                    _problem(out, "CONTEXT_WORKER_CONFIG", f"{svc.name}: {f.path}",
+                             f"context worker has disable_overlap_scheduler {cfg.get('disable_overlap_scheduler')!r} and "
+                             f"cuda_graph_config {cfg.get('cuda_graph_config', '(unset)')!r}; accepted: true and null (seed 000)")
+            kv = cfg.get("kv_cache_config") or {}
+            if kv.get("enable_block_reuse") is True and not ((kv.get("mamba_state_config") or {}).get("periodic_snapshot_interval")
+                                                             or kv.get("mamba_state_cache_interval")):
+                if dep is None or (catalog_mod.load().models.get(dep.model) or {}).get("block_reuse_needs_mamba_snapshot"):
+                    _problem(out, "BLOCK_REUSE_SNAPSHOT", f"{svc.name}: {f.path}",
+                             "kv_cache_config.enable_block_reuse true without mamba_state_config.periodic_snapshot_interval; "
+                             "accepted: an interval > 0 (e.g. 256)")
+    return out
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
+    """Run :func:`check`, then ``glmops.plan.build`` and :func:`check_plan`.
+
+    Returns ``(plan, problems)``; ``plan`` is None when it could not be built. A plan is only
+    attempted when the catalog keys are known; its own ValidationError problems are added,
+    except placement problems for a pool already reported by :func:`check`.
+    """
+    problems = check(dep)
+    if any(p.code == "CATALOG_KEY" for p in problems):
+        return None, problems
+    plan = None
+    try:
+        from glmops import plan as plan_mod
+
+        plan = plan_mod.build(dep)
+    except ValidationError as exc:
+        # placement failures repeat what GPU/pool rules already said: keep the rules' words
+        covered = any(p.code.startswith("GPU") or p.code in ("POOLS", "PARALLELISM") for p in problems)
+        for p in exc.problems:
+            if p.code in ("PLACEMENT", "POOLS") and covered:
+                continue
+            problems.append(p)
+    except Exception as exc:  # a planning bug must not hide the rule problems
+        if not problems:
+            problems.append(Problem("PLAN", dep.extra.get("inventory", "inventory"),
+                                    f"planning failed: {type(exc).__name__}: {exc}", "report this as a glmops bug"))
+    if plan is not None:
+        # the rendered-config checks repeat deployment-level findings: report each code once
+        said = {p.code for p in problems}
+        problems += [p for p in check_plan(plan, dep) if p.code not in said or p.code not in _PLAN_REPEATS]
+    return plan, _dedupe(problems)
+
+
+_PLAN_REPEATS = {"BLOCK_REUSE_SNAPSHOT", "CUDA_GRAPH_BATCH", "CONTEXT_WORKER_CONFIG", "GPU_OVERLAP", "GPU_INDEX",
+                 "F05_PORT_COLLISION"}

@@ -1,0 +1,309 @@
+"""Run a glmops playbook through ansible-runner: the only caller of ansible-runner.
+
+``run(verb, playbook, inventory, ...)`` runs ``playbooks/<playbook>`` with the
+repository's ``ansible.cfg``, streams the events into a progress view (one line per
+host and step, or a live table on a terminal), and returns a :class:`RunResult`
+with per-host stats, per-service readiness (from the ``glmops_hostctl.py`` gate and
+status outputs) and every failure message. ``print_summary`` prints the per-host
+summary table (host, service, state, time-to-ready) and the endpoint URL.
+
+Artifacts of every run are kept under ``./.glmops/runs/<UTC timestamp>-<verb>/``
+(``GLMOPS_RUNS_DIR`` overrides the parent), whose path is printed. Nothing secret is
+passed as an extra var, and tasks touching secrets are ``no_log``, so the artifacts
+hold no secret (tests grep them).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parent.parent
+PLAYBOOKS = REPO / "playbooks"
+ANSIBLE_CFG = REPO / "ansible.cfg"
+
+# task names whose script output carries per-service JSON (roles/engine_service)
+READY_TASK = "Wait for readiness"
+STATUS_TASK = "Read service status"
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    last_task: str = ""
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        if self.unreachable:
+            return "UNREACHABLE"
+        if self.failed:
+            return "FAILED"
+        return "ok"
+
+
+@dataclass
+class RunResult:
+    """What a playbook run did. ``rc``: 0 ok, 1 failed (a host, a task, unreachable)."""
+
+    verb: str
+    rc: int
+    status: str
+    artifacts: Path
+    seconds: float
+    hosts: dict[str, HostStats] = field(default_factory=dict)
+    services: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("GLMOPS_RUNS_DIR") or Path.cwd() / ".glmops" / "runs")
+
+
+def run(
+    verb: str,
+    playbook: str,
+    inventory: str | os.PathLike,
+    extravars: dict[str, Any] | None = None,
+    *,
+    check: bool = False,
+    diff: bool = False,
+    limit: str | None = None,
+    console: Console | None = None,
+    quiet: bool = False,
+    on_event: Callable[[dict], None] | None = None,
+) -> RunResult:
+    """Run ``playbooks/<playbook>`` against ``inventory`` and return what happened.
+
+    ``extravars`` must hold no secret (they are written into the run dir).
+    ``check``/``diff``/``limit`` map to ``--check``/``--diff``/``--limit``.
+    """
+    import ansible_runner
+
+    console = console or Console(stderr=False)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    rundir = runs_dir() / f"{stamp}-{verb}"
+    rundir.mkdir(parents=True, exist_ok=True)
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    result = RunResult(verb=verb, rc=1, status="", artifacts=rundir, seconds=0.0)
+    view = _Progress(console, quiet)
+
+    def handler(event: dict) -> bool:
+        _collect(result, event)
+        view.event(event, result)
+        if on_event:
+            on_event(event)
+        return True
+
+    env = {
+        # the ansible-playbook next to this interpreter (a venv's bin is not always on PATH)
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    started = time.monotonic()
+    r = ansible_runner.run(
+        private_data_dir=str(rundir),
+        project_dir=str(REPO),
+        playbook=str(PLAYBOOKS / playbook),
+        inventory=str(Path(inventory).resolve()),
+        extravars=extravars or {},
+        cmdline=" ".join(cmdline) or None,
+        limit=limit,
+        envvars=env,
+        quiet=True,
+        event_handler=handler,
+        ident="run",
+        rotate_artifacts=0,
+    )
+    result.seconds = time.monotonic() - started
+    result.status = r.status
+    result.rc = 0 if (r.rc == 0 and r.status == "successful") else 1
+    view.close()
+    if result.rc and not result.failures:
+        # the run failed before any host result (bad playbook, missing ansible-playbook...)
+        tail = (rundir / "artifacts" / "run" / "stdout")
+        text = tail.read_text(errors="replace").strip().splitlines()[-20:] if tail.exists() else []
+        result.failures.append(f"ansible-runner {r.status} (rc {r.rc}): " + "\n".join(text))
+    return result
+
+
+def _collect(result: RunResult, event: dict) -> None:
+    kind = event.get("event", "")
+    data = event.get("event_data") or {}
+    host = data.get("host")
+    if not host or not kind.startswith("runner_on_") or kind in ("runner_on_start",):
+        return
+    stats = result.hosts.setdefault(host, HostStats())
+    task = data.get("task", "")
+    stats.last_task = task
+    res = data.get("res") or {}
+    if kind == "runner_on_ok":
+        stats.ok += 1
+        stats.changed += 1 if res.get("changed") else 0
+    elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+        stats.failed += 1
+        msg = _failure_text(res)
+        stats.messages.append(msg)
+        result.failures.append(f"{host}: {task}: {msg}")
+    elif kind == "runner_on_unreachable":
+        stats.unreachable += 1
+        msg = res.get("msg", "unreachable")
+        stats.messages.append(msg)
+        result.failures.append(f"{host}: UNREACHABLE: {msg}")
+    elif kind == "runner_on_skipped":
+        stats.skipped += 1
+    if task in (READY_TASK, STATUS_TASK) and res.get("stdout"):
+        try:
+            rows = json.loads(res["stdout"]).get("services", [])
+        except ValueError:
+            rows = []
+        for row in rows:
+            row["host"] = host
+            row["task"] = task
+            result.services = [s for s in result.services
+                               if not (s["host"] == host and s["unit"] == row["unit"])]
+            result.services.append(row)
+    if task.startswith("glmops output") and kind == "runner_on_ok":
+        result.outputs.append({"host": host, "task": task, "res": res})
+
+
+def _failure_text(res: dict) -> str:
+    if res.get("censored"):
+        return res["censored"]
+    if res.get("results"):  # a loop: the failed items' messages
+        parts = [_failure_text(r) for r in res["results"] if isinstance(r, dict) and r.get("failed")]
+        return "\n".join(p for p in parts if p)
+    msg = res.get("msg") or ""
+    extra = (res.get("stderr") or "").strip()
+    return f"{msg}\n{extra}".strip() if extra and extra not in msg else msg
+
+
+class _Progress:
+    """Per host and step: a line per task result (plain output), or a live table on a TTY."""
+
+    def __init__(self, console: Console, quiet: bool):
+        self.console = console
+        self.quiet = quiet
+        self.live = None
+        self.rows: dict[str, tuple[str, str]] = {}
+        self.play = ""
+        if console.is_terminal and not quiet:
+            from rich.live import Live
+
+            self.live = Live(self._table(), console=console, refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def _table(self) -> Table:
+        table = Table(title=self.play or "glmops", expand=False)
+        table.add_column("host")
+        table.add_column("step")
+        table.add_column("result")
+        for host, (task, state) in sorted(self.rows.items()):
+            table.add_row(host, task, state)
+        return table
+
+    def event(self, event: dict, result: RunResult) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.play = data.get("play", "")
+            if not self.live and not self.quiet:
+                self.console.print(f"[bold]PLAY[/bold] {self.play}", highlight=False)
+        if not kind.startswith("runner_on_") or kind == "runner_on_start" or not data.get("host"):
+            if kind == "runner_on_start" and data.get("host"):
+                self.rows[data["host"]] = (data.get("task", ""), "running")
+                if self.live:
+                    self.live.update(self._table())
+            return
+        res = data.get("res") or {}
+        state = {
+            "runner_on_ok": "changed" if res.get("changed") else "ok",
+            "runner_on_failed": "FAILED",
+            "runner_on_unreachable": "UNREACHABLE",
+            "runner_on_skipped": "skipped",
+        }.get(kind, kind)
+        if kind == "runner_on_failed" and data.get("ignore_errors"):
+            state = "failed (ignored)"
+        self.rows[data["host"]] = (data.get("task", ""), state)
+        if self.live:
+            self.live.update(self._table())
+        elif not self.quiet and state != "skipped":
+            self.console.print(f"  {data['host']:<16} {data.get('task', ''):<70} {state}", highlight=False)
+
+    def close(self) -> None:
+        if self.live:
+            self.live.stop()
+
+
+def print_summary(result: RunResult, console: Console, plan: dict | None = None) -> None:
+    """The per-host table (host, service, state, time-to-ready), failures, endpoint, artifacts."""
+    table = Table(title=f"glmops {result.verb}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
+    for col in ("host", "service", "state", "time-to-ready"):
+        table.add_column(col)
+    by_host: dict[str, list[dict]] = {}
+    for svc in result.services:
+        by_host.setdefault(svc["host"], []).append(svc)
+    planned: dict[str, list[str]] = {}
+    for svc in (plan or {}).get("services", []):
+        planned.setdefault(svc["host"], []).append(svc["unit"])
+    hosts = list(dict.fromkeys([*planned, *result.hosts, *by_host]))
+    hosts = [h for h in hosts if h != "localhost"] or hosts
+    for host in hosts:
+        stats = result.hosts.get(host, HostStats())
+        seen = {s["unit"]: s for s in by_host.get(host, [])}
+        units = planned.get(host) or list(seen)
+        if not units:
+            table.add_row(host, "-", _host_state(stats), "-")
+        for unit in units:
+            svc = seen.get(unit)
+            if svc is None:
+                state = _host_state(stats) if stats.state != "ok" else "not reached"
+                table.add_row(host, unit, state, "-")
+                continue
+            if not svc.get("ready"):
+                state = f"NOT READY: {svc.get('reason', '')}"
+            else:
+                state = "ready (restarted)" if svc.get("fresh") else "ready"
+            ttr = svc.get("time_to_ready_s")
+            table.add_row(host, unit, state, f"{ttr:.1f} s" if isinstance(ttr, (int, float)) else "-")
+    console.print(table)
+    for failure in result.failures:
+        console.print(f"[red]failed[/red] {failure}", highlight=False, markup=True)
+    if plan and plan.get("endpoint_url"):
+        console.print(f"endpoint: {plan['endpoint_url']}  (model {plan.get('served_model_name', '')})",
+                      highlight=False)
+    console.print(f"changed: {result.changed}   run artifacts: {result.artifacts}", highlight=False)
+
+
+def _host_state(stats: HostStats) -> str:
+    if stats.state == "ok":
+        return "ok" if stats.ok else "not reached"
+    return f"{stats.state}: {(stats.messages[-1] if stats.messages else '')[:200]}"

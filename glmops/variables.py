@@ -1,0 +1,278 @@
+"""The user-facing inventory variables, in one place.
+
+Each variable is a :class:`Var` in the shape of an Ansible ``meta/argument_specs.yml`` option
+(``type``, ``default``, ``elements``, ``choices``, ``description``). ``glmops.inventory`` reads
+and type-checks with these; :func:`argument_spec` returns them as an argument_specs entry
+point; :func:`markdown` renders docs/variables.md (``python -m glmops.variables >
+docs/variables.md``; a unit test keeps the file equal to the output).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Var:
+    """One variable or dict key. ``type``: str | int | bool | dict | list (``elements`` for
+    lists). ``default`` None = unset; ``shown_default`` is what the docs print when the
+    default is computed (e.g. from the catalog)."""
+
+    type: str
+    description: str
+    default: Any = None
+    elements: str | None = None
+    choices: tuple[str, ...] | None = None
+    shown_default: str | None = None
+    required: bool = False
+
+
+VARIABLES: dict[str, Var] = {
+    "glmops_deployment": Var("str", "Deployment name, used in unit names (`glm-<name>-prefill-0.service`).",
+                             shown_default="inventory directory name"),
+    "glmops_model": Var("str", "Catalog model key.", required=True),
+    "glmops_variant": Var("str", "Checkpoint variant (`w4a8`: GLM-5.3 only).",
+                          shown_default="the model's `default_variant` (`fp8`)"),
+    "glmops_engine": Var("str", "Serving engine.", required=True),
+    "glmops_dynamo_backend": Var("str", "Workers behind the Dynamo frontend (`Deployment.extra['dynamo_backend']`).",
+                                 default="vllm", choices=("vllm", "sglang")),
+    "glmops_engine_version": Var("str", "Engine version; must be >= the catalog `min_version` (and `min_version_by_model`).",
+                                 shown_default="catalog `engines.<engine>.version`"),
+    "glmops_image": Var("str", "Container image override (`Deployment.extra['image']`).",
+                        shown_default="catalog image for engine x model x vendor"),
+    "glmops_hardware": Var("str", "Catalog hardware key (`cpu` = the lab, no GPU).", required=True),
+    "glmops_runtime": Var("str", "How engines run on a host.", default="container", choices=("container", "venv")),
+    "glmops_topology": Var("str", "Topology to deploy; `--topology` overrides.", default="agg", choices=("agg", "disagg")),
+    "glmops_topologies": Var("dict", "Per topology: `{pools: {ROLE: POOL}, router: ROUTER}` (see Pools and Router). "
+                             "When the selected topology (or its `pools`) is absent, the first matching catalog layout "
+                             "(`recipes.yaml:layouts`) is used; `Deployment.extra['layout']` names it.",
+                             shown_default="catalog layout for engine x hardware x topology"),
+    "glmops_served_model_name": Var("str", "The `model` name clients send.",
+                                    shown_default="the variant's `served_model_name`, else the repo id"),
+    "glmops_kv_cache_dtype": Var("str", "KV cache dtype: engine-neutral `auto` `bf16` `fp8` `nvfp4`, or the engine's own "
+                                 "spelling (catalog `engines.<e>.kv_cache_dtype.accepted`, e.g. `fp8_e4m3`).", default="auto"),
+    "glmops_max_seq_len": Var("int", "Maximum sequence length (input + output), <= the model's 1,048,576.",
+                              shown_default="recipe/engine default"),
+    "glmops_max_batch_size": Var("int", "TRT-LLM `--max_batch_size`, vLLM `--max-num-seqs`, SGLang `--max-running-requests`.",
+                                 shown_default="recipe/engine default"),
+    "glmops_max_num_tokens": Var("int", "TRT-LLM `--max_num_tokens`, vLLM `--max-num-batched-tokens`.",
+                                 shown_default="recipe/engine default"),
+    "glmops_speculative": Var("dict", "Engine-neutral speculative decoding, e.g. `{method: mtp, num_speculative_tokens: 3}` "
+                              "(TRT-LLM renders `speculative_config: {decoding_type: MTP, max_draft_len: 3}`, 1..5). "
+                              "A pool's `speculative` overrides it; TRT-LLM and vLLM need equal settings on both "
+                              "disagg pools (F16).", shown_default="off (recipe default)"),
+    "glmops_multimodal": Var("bool", "Image/video input; needs `transformers==5.17.0` (seed 000).", default=False),
+    "glmops_pip_extra": Var("list", "Extra requirement specifiers for the engine environment "
+                            "(`Deployment.extra['pip_extra']`); a `transformers` pin other than `==5.17.0` is refused "
+                            "when multimodal is on.", elements="str", shown_default="`[]`"),
+    "glmops_engine_args": Var("dict", "Engine CLI flag overrides for every pool: flag name without leading dashes as the "
+                              "engine spells it (`block-size`, `max_batch_size`); `true` = bare flag, `null` removes a "
+                              "recipe flag.", shown_default="`{}`"),
+    "glmops_engine_config": Var("dict", "Engine config-file key overrides for every pool (TRT-LLM `--config` YAML keys; "
+                                "nested dicts merge).", shown_default="`{}`"),
+    "glmops_env": Var("dict", "Extra environment for every pool's services (values become strings).", shown_default="`{}`"),
+    "glmops_checkpoint": Var("dict", "Where the weights come from and live (see Checkpoint).",
+                             shown_default="from the catalog variant"),
+    "glmops_service_user": Var("str", "User the services run as.", default="glmops"),
+    "glmops_state_dir": Var("str", "State (generations, download markers).", default="/var/lib/glmops"),
+    "glmops_config_dir": Var("str", "Engine configs and env files (`<dir>/<deployment>/`).", default="/etc/glmops"),
+    "glmops_venv_root": Var("str", "Engine virtualenvs (`<root>/<engine>-<version>`).", default="/opt/glmops/venvs"),
+    "glmops_readiness_timeout_s": Var("int", "Seconds each worker may take to become ready.", default=1800),
+}
+
+HOST_VARIABLES: dict[str, Var] = {
+    "glmops_address": Var("str", "Address services bind to and advertise (e.g. `VLLM_NIXL_SIDE_CHANNEL_HOST`).",
+                          shown_default="`ansible_host`, else the inventory name"),
+    "glmops_gpus": Var("list", "GPU indices glmops may use on this host.", elements="int",
+                       shown_default="all of the hardware's (`range(gpus_per_node)`)"),
+    "glmops_rdma_devices": Var("list", "RDMA NICs for NIXL/UCX (`[mlx5_0, mlx5_1]` -> `UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1`); "
+                               "required on every host of a cross-host NIXL disagg (F06).", elements="str",
+                               shown_default="`[]`"),
+}
+
+POOL_KEYS: dict[str, Var] = {
+    "tp": Var("int", "Tensor parallelism per replica.", default=1),
+    "pp": Var("int", "Pipeline parallelism per replica.", default=1),
+    "ep": Var("int", "Expert parallelism; reuses the replica's GPUs, must divide tp x pp x dp.", default=1),
+    "dp": Var("int", "Data parallelism per replica; GPUs per replica = tp x pp x dp.", default=1),
+    "attention_dp": Var("bool", "Attention data parallelism (TRT-LLM `enable_attention_dp`).", default=False),
+    "replicas": Var("int", "Identical replicas of this pool.", default=1),
+    "hosts": Var("list", "Host or group names the pool may use (groups are expanded).", elements="str",
+                 shown_default="group `glmops_workers`, else all hosts"),
+    "gpus": Var("list", "GPU indices the pool uses on each of its hosts (seed 000: context `[0,1,2,3]`, generation "
+                "`[4,5,6,7]`).", elements="int", shown_default="any free GPUs"),
+    "port": Var("int", "HTTP port of the pool's first replica on a host (more replicas on that host count up).",
+                shown_default="engine/recipe default"),
+    "engine_args": Var("dict", "Per-pool engine flag overrides (win over `glmops_engine_args`). Layout-affecting flags "
+                       "must end equal on prefill and decode (F01).", shown_default="`{}`"),
+    "engine_config": Var("dict", "Per-pool engine config keys (win over `glmops_engine_config`).", shown_default="`{}`"),
+    "env": Var("dict", "Per-pool environment. Layout env (`VLLM_KV_CACHE_LAYOUT`, `VLLM_SSM_CONV_STATE_LAYOUT`, F01) and "
+               "transport env (`NIXL_*`, `UCX_*`, F04) must end equal on both pools.", shown_default="`{}`"),
+    "speculative": Var("dict", "Per-pool speculative settings (`PoolSpec.speculative` holds the effective value).",
+                       shown_default="`glmops_speculative`"),
+}
+
+ROUTER_KEYS: dict[str, Var] = {
+    "kind": Var("str", "Front door: `none`, `vllm-router`, `trtllm-disaggregated`, `sglang-router`, `dynamo`.",
+                default="", shown_default="the engine's own (none for one aggregated replica)"),
+    "host": Var("str", "Host that runs it.", default="", shown_default="first host of group `glmops_routers`, else the first worker"),
+    "port": Var("int", "Endpoint port.", default=8000),
+    "policy": Var("str", "Engine-neutral routing policy (`round_robin`, `kv_aware`, `cache_aware`, ...).", default="round_robin"),
+    "args": Var("dict", "Extra router flags.", shown_default="`{}`"),
+}
+
+CHECKPOINT_KEYS: dict[str, Var] = {
+    "repo": Var("str", "Hugging Face repo id.", shown_default="the catalog variant's repo"),
+    "revision": Var("str", "40-hex commit. Unset: the variant's pinned revision, else the download pins the commit it "
+                    "fetched. With `offline: true` a branch or tag such as `main` is refused (F12).",
+                    shown_default="catalog variant revision"),
+    "model_dir": Var("str", "Directory holding checkpoints on each node.", default="/models"),
+    "mode": Var("str", "How nodes get the weights.", default="fanout", choices=("per_node", "fanout", "shared")),
+    "offline": Var("bool", "Serve with `HF_HUB_OFFLINE=1` from the local snapshot.", default=True),
+    "allow_patterns": Var("list", "Only download files matching these patterns.", elements="str", shown_default="all files"),
+}
+
+GROUPS = {
+    "glmops_workers": "Engine hosts (default: every host).",
+    "glmops_routers": "Host for the router/frontend (default: the first worker).",
+}
+
+
+def catalog_choices() -> dict[str, tuple[str, ...]]:
+    """Choices that are catalog keys (the catalog is their one source)."""
+    from glmops import catalog
+
+    cat = catalog.load()
+    variants: list[str] = []
+    for model in cat.models.values():
+        variants += [v for v in model["variants"] if v not in variants]
+    return {
+        "glmops_model": tuple(cat.models),
+        "glmops_variant": tuple(variants),
+        "glmops_engine": tuple(k for k, e in cat.engines.items() if e.get("kind") != "router"),
+        "glmops_hardware": tuple(cat.hardware),
+    }
+
+
+def choices(name: str) -> tuple[str, ...]:
+    """Accepted values of variable ``name`` (catalog keys or the Var's own choices; () = free)."""
+    cat = catalog_choices()
+    if name in cat:
+        return cat[name]
+    var = VARIABLES.get(name) or HOST_VARIABLES.get(name)
+    return tuple(var.choices or ()) if var else ()
+
+
+def _with_choices(name: str, var: Var) -> Var:
+    from dataclasses import replace
+
+    found = choices(name)
+    return replace(var, choices=found) if found and not var.choices else var
+
+
+def _option(var: Var, suboptions: dict[str, Var] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": var.type, "description": [var.description]}
+    if var.required:
+        out["required"] = True
+    if var.default is not None:
+        out["default"] = var.default
+    if var.elements:
+        out["elements"] = var.elements
+    if var.choices:
+        out["choices"] = list(var.choices)
+    if suboptions:
+        out["options"] = {k: _option(v) for k, v in suboptions.items()}
+    return out
+
+
+def argument_spec() -> dict[str, Any]:
+    """The variables as one ``meta/argument_specs.yml`` entry point (``{"short_description",
+    "options"}``), for roles that validate glmops variables with ``ansible.builtin.validate_argument_spec``."""
+    options = {}
+    for name, var in {**VARIABLES, **HOST_VARIABLES}.items():
+        sub = CHECKPOINT_KEYS if name == "glmops_checkpoint" else None
+        options[name] = _option(_with_choices(name, var), sub)
+    return {"short_description": "glmops deployment variables", "options": options}
+
+
+def _default(var: Var) -> str:
+    if var.shown_default is not None:
+        return var.shown_default
+    if var.required:
+        return "(required)"
+    if var.default is None:
+        return "unset"
+    if isinstance(var.default, bool):
+        return f"`{str(var.default).lower()}`"
+    return f"`{var.default}`"
+
+
+def _type(var: Var) -> str:
+    return f"list of {var.elements}" if var.type == "list" and var.elements else var.type
+
+
+def _table(rows: dict[str, Var], key_title: str) -> list[str]:
+    lines = [f"| {key_title} | type | default | meaning |", "|---|---|---|---|"]
+    for name, var in rows.items():
+        meaning = var.description
+        if var.choices:
+            meaning += " Accepted: " + ", ".join(f"`{c}`" for c in var.choices) + "."
+        lines.append(f"| `{name}` | {_type(var)} | {_default(var)} | {meaning.replace('|', chr(92) + '|')} |")
+    return lines
+
+
+def markdown() -> str:
+    """docs/variables.md, generated from the tables above."""
+    out = [
+        "# Inventory variables",
+        "",
+        "<!-- generated by `python -m glmops.variables > docs/variables.md`; edit glmops/variables.py -->",
+        "",
+        "glmops reads a normal Ansible inventory (`hosts.yml` + `group_vars/` + `host_vars/`) through Ansible's",
+        "own inventory API, with Ansible's precedence. Types are those of `meta/argument_specs.yml` and are",
+        "converted the way Ansible converts them (`\"8\"` -> 8, `yes` -> true). A wrong type, an unknown",
+        "`glmops_*` variable or an unknown key inside one of the dicts below is reported by `glmops validate`",
+        "(codes `TYPE`, `UNKNOWN_KEY`) together with every other problem; nothing is contacted.",
+        "",
+        "## Deployment-wide variables",
+        "",
+        "Usually in `group_vars/all.yml`. They must resolve to the same value on every worker host",
+        "(`HOST_VAR_CONFLICT`).",
+        "",
+        *_table({k: _with_choices(k, v) for k, v in VARIABLES.items()}, "variable"),
+        "",
+        "## Pools: `glmops_topologies.<topology>.pools.<role>`",
+        "",
+        "Roles: `agg`, or `prefill` + `decode` (TensorRT-LLM's `context` / `generation` are accepted and mapped).",
+        "",
+        *_table(POOL_KEYS, "key"),
+        "",
+        "## Router: `glmops_topologies.<topology>.router`",
+        "",
+        *_table(ROUTER_KEYS, "key"),
+        "",
+        "## Checkpoint: `glmops_checkpoint`",
+        "",
+        *_table(CHECKPOINT_KEYS, "key"),
+        "",
+        "## Host variables",
+        "",
+        "In `host_vars/<host>.yml`, on the host in `hosts.yml`, or on a group whose hosts share them.",
+        "`ansible_host` is the SSH address (default: the inventory name).",
+        "",
+        *_table(HOST_VARIABLES, "variable"),
+        "",
+        "## Groups",
+        "",
+        *[f"- `{name}`: {text}" for name, text in GROUPS.items()],
+        "",
+        "## Example",
+        "",
+        "See `inventories/b200/group_vars/all.yml` (TensorRT-LLM, seed 000) and the other inventories.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown(), end="")

@@ -1,0 +1,890 @@
+#!/usr/bin/env python3
+"""Accepted flag lists for the SGLang doubles, extracted verbatim from the real parsers' dumps.
+
+Each constant is the text of one file of /work/shared/reference/option-lists/ (dumped from the
+real argparse parsers, see /work/shared/reference/serving-clis.md): one option per line,
+``--name [--alias ...] | action=... nargs=... type=... default=... choices=[...]``.
+``test_engine_doubles.py::test_option_lists_match_reference`` checks they are unchanged copies.
+Regenerate: ``python3 option_lists_double.py --regenerate /work/shared/reference/option-lists``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+#: constant name -> source file name in /work/shared/reference/option-lists/
+SOURCES = {"SGLANG_SERVE": "sglang-0.5.23-serve.txt", "SGLANG_ROUTER": "sglang-router-0.3.2.txt", "SMG": "smg-1.13.0.txt"}
+
+# Source: /work/shared/reference/option-lists/sglang-0.5.23-serve.txt
+SGLANG_SERVE = r"""-h --help | action=_HelpAction nargs=0 type=None default='==SUPPRESS==' choices=None
+--model-path --model | action=_StoreAction nargs=None type=str default=None choices=None
+--tokenizer-path | action=_StoreAction nargs=None type=str default=None choices=None
+--tokenizer-mode | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'slow']
+--tokenizer-backend | action=_StoreAction nargs=None type=str default='huggingface' choices=['huggingface', 'fastokens']
+--tokenizer-worker-num | action=_StoreAction nargs=None type=int default=1 choices=None
+--detokenizer-worker-num | action=_StoreAction nargs=None type=int default=1 choices=None
+--skip-tokenizer-init | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--load-format | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'pt', 'safetensors', 'instanttensor', 'npcache', 'dummy', 'sharded_state', 'presharded', 'gguf', 'expert_pack', 'bitsandbytes', 'mistral', 'layered', 'flash_rl', 'remote', 'remote_instance', 'fastsafetensors', 'private', 'runai_streamer']
+--model-loader-extra-config | action=_StoreAction nargs=None type=str default='{}' choices=None
+--trust-remote-code | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--context-length | action=_StoreAction nargs=None type=human_readable_int default=None choices=None
+--is-embedding | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-multimodal | action=_StoreTrueAction nargs=0 type=None default=None choices=None
+--revision | action=_StoreAction nargs=None type=str default=None choices=None
+--model-impl | action=_StoreAction nargs=None type=str default='auto' choices=None
+--model-config-parser | action=_StoreAction nargs=None type=str default='auto' choices=None
+--json-model-override-args | action=_StoreAction nargs=None type=str default='{}' choices=None
+--dtype | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'half', 'float16', 'bfloat16', 'float', 'float32']
+--quantization | action=_StoreAction nargs=None type=str default=None choices=['awq', 'fp8', 'mxfp8', 'gptq', 'gptq_marlin', 'awq_marlin', 'bitsandbytes', 'gguf', 'modelopt', 'modelopt_fp8', 'modelopt_fp4', 'nvfp4_online', 'modelopt_mixed', 'petit_nvfp4', 'w8a8_int8', 'w8a8_fp8', 'moe_wna16', 'w4afp8', 'mxfp4', 'auto-round', 'auto-round-int8', 'compressed-tensors', 'modelslim', 'mxfp_w4a8', 'quark', 'quark_int4fp8_moe', 'quark_mxfp4', 'mlx_q4', 'mlx_q8', 'unquant', 'humming']
+--quantization-param-path | action=_StoreAction nargs=None type=nullable_str default=None choices=None
+--kv-cache-dtype | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'fp8_e5m2', 'fp8_e4m3', 'mxfp8', 'bf16', 'bfloat16', 'nvfp4', 'fp4_mx_block16']
+--enable-fp32-lm-head | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--modelopt-quant | action=_StoreAction nargs=None type=str default=None choices=None
+--modelopt-checkpoint-restore-path | action=_StoreAction nargs=None type=str default=None choices=None
+--modelopt-checkpoint-save-path | action=_StoreAction nargs=None type=str default=None choices=None
+--modelopt-export-path | action=_StoreAction nargs=None type=str default=None choices=None
+--quantize-and-serve | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--rl-quant-profile | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-tf32-matmul --no-enable-tf32-matmul | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--mem-fraction-static | action=_StoreAction nargs=None type=float default=None choices=None
+--max-running-requests | action=_StoreAction nargs=None type=int default=None choices=None
+--max-queued-requests | action=_StoreAction nargs=None type=int default=None choices=None
+--max-total-tokens | action=_StoreAction nargs=None type=human_readable_int default=None choices=None
+--chunked-prefill-size | action=_StoreAction nargs=None type=int default=None choices=None
+--prefill-decode-interval | action=_StoreAction nargs=None type=int default=None choices=None
+--enable-dynamic-chunking | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--max-prefill-tokens | action=_StoreAction nargs=None type=human_readable_int default=16384 choices=None
+--prefill-max-requests | action=_StoreAction nargs=None type=int default=None choices=None
+--schedule-policy | action=_StoreAction nargs=None type=str default='fcfs' choices=['lpm', 'random', 'fcfs', 'dfs-weight', 'lof', 'priority', 'routing-key', 'hrrn', 'shortest-prefill-first']
+--enable-priority-scheduling | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-priority-preemption | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--default-priority-value | action=_StoreAction nargs=None type=int default=None choices=None
+--abort-on-priority-when-disabled | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--schedule-low-priority-values-first | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--priority-scheduling-preemption-threshold | action=_StoreAction nargs=None type=int default=10 choices=None
+--retraction-policy | action=_StoreAction nargs=None type=str default='length' choices=['length', 'priority']
+--schedule-conservativeness | action=_StoreAction nargs=None type=float default=1.0 choices=None
+--page-size | action=_StoreAction nargs=None type=int default=None choices=None
+--c128-page-size | action=_StoreAction nargs=None type=int default=16 choices=None
+--swa-full-tokens-ratio | action=_StoreAction nargs=None type=float default=None choices=None
+--disable-hybrid-swa-memory | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--radix-eviction-policy | action=_StoreAction nargs=None type=str default='lru' choices=['lru', 'lfu', 'slru', 'priority', 'tlru']
+--radix-eviction-policy-config | action=_StoreAction nargs=None type=loads default=None choices=None
+--prefill-only-disable-kv-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-radix-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-page-major-kv-layout | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-unified-memory | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-chunked-prefix-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-overlap-schedule | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--num-continuous-decode-steps | action=_StoreAction nargs=None type=int default=1 choices=None
+--scheduler-recv-interval | action=_StoreAction nargs=None type=int default=1 choices=None
+--enable-mixed-chunk | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--nccl-port | action=_StoreAction nargs=None type=int default=None choices=None
+--dist-timeout | action=_StoreAction nargs=None type=int default=None choices=None
+--dist-init-addr --nccl-init-addr | action=_StoreAction nargs=None type=str default=None choices=None
+--gated-launch-port | action=_StoreAction nargs=None type=int default=None choices=None
+--nnodes | action=_StoreAction nargs=None type=int default=1 choices=None
+--node-rank | action=_StoreAction nargs=None type=int default=0 choices=None
+--tp-size --tensor-parallel-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--dcp-size --decode-context-parallel-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--pp-size --pipeline-parallel-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--pp-max-micro-batch-size | action=_StoreAction nargs=None type=int default=None choices=None
+--pp-async-batch-depth | action=_StoreAction nargs=None type=int default=0 choices=None
+--dp-size --data-parallel-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--attn-dp-size --attention-data-parallel-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--load-balance-method | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'round_robin', 'follow_bootstrap_room', 'total_requests', 'total_tokens']
+--attn-cp-size --attention-context-parallel-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--moe-dp-size --moe-data-parallel-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--dwdp-size | action=_StoreAction nargs=None type=int default=1 choices=None
+--dcp-comm-backend | action=_StoreAction nargs=None type=str default=None choices=['ag_rs', 'a2a', 'fi_a2a']
+--dcp-replicate-q-proj --no-dcp-replicate-q-proj | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--enable-prefill-cp | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--cp-strategy | action=_StoreAction nargs=None type=str default=None choices=['zigzag', 'interleave']
+--enable-dsa-cache-layer-split | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-cp-decode-attn-tp | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-kv-cache-sharding | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-dp-attention-local-control-broadcast | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-dp-lm-head | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-tp-lm-head-all-to-all --no-enable-tp-lm-head-all-to-all | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--enable-attn-tp-input-scattered | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-shared-experts-attn-tp | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--shared-experts-tp-size | action=_StoreAction nargs=None type=int default=None choices=None
+--enable-dense-mlp-attn-tp | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-layernorm-sp | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-attn-tp-gather | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-p2p-check | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--device | action=_StoreAction nargs=None type=str default=None choices=None
+--base-gpu-id | action=_StoreAction nargs=None type=int default=0 choices=None
+--gpu-id-step | action=_StoreAction nargs=None type=int default=1 choices=None
+--random-seed | action=_StoreAction nargs=None type=int default=None choices=None
+--mlx-enable-sampling | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--watchdog-timeout | action=_StoreAction nargs=None type=float default=300 choices=None
+--soft-watchdog-timeout | action=_StoreAction nargs=None type=float default=None choices=None
+--sleep-on-idle | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--use-ray | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--numa-node | action=_StoreAction nargs=+ type=int default=None choices=None
+--gc-threshold | action=_StoreAction nargs=+ type=int default=None choices=None
+--host | action=_StoreAction nargs=None type=str default='127.0.0.1' choices=None
+--port | action=_StoreAction nargs=None type=int default=30000 choices=None
+--fastapi-root-path | action=_StoreAction nargs=None type=str default='' choices=None
+--smg-grpc-mode | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--grpc-mode | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--grpc-port | action=_StoreAction nargs=None type=int default=None choices=None
+--sidecar | action=_StoreAction nargs=None type=str default=None choices=None
+--sidecar-args | action=_StoreAction nargs=None type=json_list_type default=None choices=None
+--skip-server-warmup | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--warmups | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-http2 | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--http2-max-concurrent-streams | action=_StoreAction nargs=None type=int default=200 choices=None
+--http2-initial-connection-window-size | action=_StoreAction nargs=None type=int default=1048576 choices=None
+--ssl-keyfile | action=_StoreAction nargs=None type=str default=None choices=None
+--ssl-certfile | action=_StoreAction nargs=None type=str default=None choices=None
+--ssl-ca-certs | action=_StoreAction nargs=None type=str default=None choices=None
+--ssl-keyfile-password | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-ssl-refresh | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--api-key | action=_StoreAction nargs=None type=str default=None choices=None
+--admin-api-key | action=_StoreAction nargs=None type=str default=None choices=None
+--served-model-name | action=_StoreAction nargs=None type=str default=None choices=None
+--weight-version | action=_StoreAction nargs=None type=str default='default' choices=None
+--chat-template | action=_StoreAction nargs=None type=str default=None choices=None
+--trust-request-chat-template | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--hf-chat-template-name | action=_StoreAction nargs=None type=str default=None choices=None
+--completion-template | action=_StoreAction nargs=None type=str default=None choices=None
+--file-storage-path | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-cache-report | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--return-input-ids | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--return-output-ids | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--default-chat-template-kwargs | action=_StoreAction nargs=None type=loads default=None choices=None
+--strip-thinking-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-strict-thinking | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--tool-server | action=_StoreAction nargs=None type=str default=None choices=None
+--sampling-defaults | action=_StoreAction nargs=None type=str default='model' choices=['openai', 'model']
+--asr-max-buffer-seconds | action=_StoreAction nargs=None type=int default=60 choices=None
+--asr-max-concurrent-sessions | action=_StoreAction nargs=None type=int default=32 choices=None
+--preferred-sampling-params | action=_StoreAction nargs=None type=loads default=None choices=None
+--allow-auto-truncate | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--stream-interval | action=_StoreAction nargs=None type=int default=1 choices=None
+--batch-notify-size | action=_StoreAction nargs=None type=int default=16 choices=None
+--stream-response-default-include-usage | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--incremental-streaming-output | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-streaming-session | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-session-radix-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--log-level | action=_StoreAction nargs=None type=str default='info' choices=None
+--log-level-http | action=_StoreAction nargs=None type=str default=None choices=None
+--log-requests | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--log-requests-level | action=_StoreAction nargs=None type=int default=2 choices=[0, 1, 2, 3]
+--log-requests-format | action=_StoreAction nargs=None type=str default='text' choices=['text', 'json']
+--log-requests-target | action=_StoreAction nargs=+ type=str default=None choices=None
+--uvicorn-access-log-exclude-prefixes | action=_StoreAction nargs=* type=str default=[] choices=None
+--crash-dump-folder | action=_StoreAction nargs=None type=str default=None choices=None
+--show-time-cost | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-metrics | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--smg-http-sidecar-port --grpc-http-sidecar-port | action=_StoreAction nargs=None type=int default=None choices=None
+--enable-mfu-metrics | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-metrics-for-all-schedulers | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--load-snapshot-publish-interval | action=_StoreAction nargs=None type=int default=15 choices=None
+--tokenizer-metrics-custom-labels-header | action=_StoreAction nargs=None type=str default='x-custom-labels' choices=None
+--tokenizer-metrics-allowed-custom-labels | action=_StoreAction nargs=+ type=str default=None choices=None
+--extra-metric-labels | action=_StoreAction nargs=None type=loads default=None choices=None
+--bucket-time-to-first-token | action=_StoreAction nargs=+ type=float default=None choices=None
+--bucket-inter-token-latency | action=_StoreAction nargs=+ type=float default=None choices=None
+--bucket-e2e-request-latency | action=_StoreAction nargs=+ type=float default=None choices=None
+--prompt-tokens-buckets | action=_StoreAction nargs=+ type=str default=None choices=None
+--generation-tokens-buckets | action=_StoreAction nargs=+ type=str default=None choices=None
+--gc-warning-threshold-secs | action=_StoreAction nargs=None type=float default=0.0 choices=None
+--decode-log-interval | action=_StoreAction nargs=None type=int default=40 choices=None
+--enable-request-time-stats-logging | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--kv-events-config | action=_StoreAction nargs=None type=str default=None choices=None
+--load-publish-endpoint | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-forward-pass-metrics | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--forward-pass-metrics-worker-id | action=_StoreAction nargs=None type=str default='' choices=None
+--forward-pass-metrics-ipc-name | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-trace | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--trace-modules | action=_StoreAction nargs=None type=str default='request' choices=None
+--otlp-traces-endpoint | action=_StoreAction nargs=None type=str default='localhost:4317' choices=None
+--export-metrics-to-file | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--export-metrics-to-file-dir | action=_StoreAction nargs=None type=str default=None choices=None
+--constrained-json-whitespace-pattern | action=_StoreAction nargs=None type=str default=None choices=None
+--constrained-json-disable-any-whitespace | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--constrained-json-max-whitespace-cnt | action=_StoreAction nargs=None type=int default=None choices=None
+--attention-backend | action=_StoreAction nargs=None type=str default=None choices=['triton', 'torch_native', 'flex_attention', 'dsa', 'nsa', 'qsa', 'dsv4', 'compressed', 'fa3', 'fa4', 'flashinfer', 'llada2_cfg_flashinfer', 'flashmla', 'trtllm_mla', 'cutedsl_mla', 'tokenspeed_mla', 'trtllm_mha', 'hpc_ops', 'minicpm_flashattn', 'minicpm_flashinfer', 'aiter', 'wave', 'intel_amx', 'ascend', 'intel_xpu']
+--decode-attention-backend | action=_StoreAction nargs=None type=str default=None choices=['triton', 'torch_native', 'flex_attention', 'dsa', 'nsa', 'qsa', 'dsv4', 'compressed', 'fa3', 'fa4', 'flashinfer', 'llada2_cfg_flashinfer', 'flashmla', 'trtllm_mla', 'cutedsl_mla', 'tokenspeed_mla', 'trtllm_mha', 'hpc_ops', 'minicpm_flashattn', 'minicpm_flashinfer', 'aiter', 'wave', 'intel_amx', 'ascend', 'intel_xpu']
+--enable-lean-attention | action=_StoreTrueAction nargs=0 type=None default=None choices=None
+--prefill-attention-backend | action=_StoreAction nargs=None type=str default=None choices=['triton', 'torch_native', 'flex_attention', 'dsa', 'nsa', 'qsa', 'dsv4', 'compressed', 'fa3', 'fa4', 'flashinfer', 'llada2_cfg_flashinfer', 'flashmla', 'trtllm_mla', 'cutedsl_mla', 'tokenspeed_mla', 'trtllm_mha', 'hpc_ops', 'minicpm_flashattn', 'minicpm_flashinfer', 'aiter', 'wave', 'intel_amx', 'ascend', 'intel_xpu']
+--grammar-backend | action=_StoreAction nargs=None type=str default=None choices=['xgrammar', 'outlines', 'llguidance', 'none']
+--radix-cache-backend | action=_StoreAction nargs=None type=str default=None choices=None
+--mm-attention-backend | action=_StoreAction nargs=None type=str default=None choices=['sdpa', 'fa3', 'fa4', 'triton_attn', 'ascend_attn', 'aiter_attn', 'flashinfer_cudnn', 'amx_attn', 'xpu_attn']
+--fp8-gemm-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'deep_gemm', 'flashinfer_trtllm', 'flashinfer_cutlass', 'flashinfer_deepgemm', 'flashinfer_cutedsl', 'cutlass', 'triton', 'aiter']
+--fp4-gemm-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'flashinfer_cudnn', 'flashinfer_cutedsl', 'flashinfer_cutlass', 'flashinfer_trtllm', 'marlin']
+--bf16-gemm-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'cutedsl', 'gemv', 'torch']
+--dsa-prefill-backend | action=_StoreAction nargs=None type=str default=None choices=['flashmla_sparse', 'flashmla_sparse_q8', 'flashmla_kv', 'flashmla_auto', 'flashinfer_sparse_mla', 'triton_sparse_mla', 'fa3', 'tilelang', 'triton', 'aiter', 'trtllm', 'intel_xpu']
+--dsv4-prefill-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'flashmla_sparse', 'flashmla_sparse_q8']
+--dsa-decode-backend | action=_StoreAction nargs=None type=str default=None choices=['flashmla_sparse', 'flashmla_sparse_q8', 'flashmla_kv', 'flashmla_auto', 'flashinfer_sparse_mla', 'fa3', 'tilelang', 'triton', 'aiter', 'trtllm', 'intel_xpu']
+--dsa-paged-mqa-logits-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'deepgemm', 'cutedsl', 'aiter']
+--dsa-topk-backend | action=_StoreAction nargs=None type=str default='sgl-kernel' choices=['sgl-kernel', 'torch', 'flashinfer']
+--disable-flashinfer-autotune | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--flashinfer-autotune-skip-ops | action=_StoreAction nargs=+ type=str default=None choices=None
+--mamba-backend | action=_StoreAction nargs=None type=str default='triton' choices=['triton', 'flashinfer']
+--cuda-graph-config | action=_StoreAction nargs=None type=parse_cuda_graph_config_arg default=None choices=None
+--cuda-graph-backend-decode | action=_StoreAction nargs=None type=parse_cuda_graph_backend_arg default=None choices=['full', 'breakable', 'disabled']
+--cuda-graph-backend-prefill | action=_StoreAction nargs=None type=parse_cuda_graph_backend_arg default=None choices=['full', 'breakable', 'disabled']
+--cuda-graph-max-bs-decode | action=_StoreAction nargs=None type=int default=None choices=None
+--cuda-graph-max-bs-prefill | action=_StoreAction nargs=None type=int default=None choices=None
+--cuda-graph-bs-decode | action=_StoreAction nargs=+ type=int default=None choices=None
+--cuda-graph-bs-prefill | action=_StoreAction nargs=+ type=int default=None choices=None
+--cuda-graph-prefill-max-context --context-bucket | action=_StoreAction nargs=None type=human_readable_int default=None choices=None
+--disable-prefill-cuda-graph | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-decode-cuda-graph | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-cuda-graph-padding | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-profile-cuda-graph | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-cudagraph-gc | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--debug-cuda-graph | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-layerwise-nvtx-marker | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-nccl-nvls | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-symm-mem | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--triton-attention-reduce-in-fp32 | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--triton-attention-num-kv-splits | action=_StoreAction nargs=None type=int default=8 choices=None
+--triton-attention-split-tile-size | action=_StoreAction nargs=None type=int default=None choices=None
+--flashinfer-mla-disable-ragged | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-fused-qk-norm-rope --no-enable-fused-qk-norm-rope | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--enable-precise-embedding-interpolation | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-fused-moe-sum-all-reduce | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-deepseek-v4-fp4-indexer | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-custom-all-reduce | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-mscclpp | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-torch-symm-mem | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-scattered-sconv | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--pre-warm-nccl | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--boundary-reduction | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'ar', 'rs', 'rsv', 'rs+rsv']
+--enable-quant-communications | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enforce-disable-flashinfer-allreduce-fusion | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--flashinfer-allreduce-fusion-backend | action=_StoreAction nargs=None type=str default=None choices=['auto', 'trtllm', 'mnnvl', 'cutedsl']
+--enable-aiter-allreduce-fusion | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-torch-compile | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-torch-compile-debug-mode | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--torch-compile-max-bs | action=_StoreAction nargs=None type=int default=32 choices=None
+--speculative-algorithm | action=_StoreAction nargs=None type=str default=None choices=None
+--uno-lora-path | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-draft-model-path --speculative-draft-model | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-draft-model-revision | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-draft-load-format | action=_StoreAction nargs=None type=str default=None choices=['auto', 'pt', 'safetensors', 'instanttensor', 'npcache', 'dummy', 'sharded_state', 'presharded', 'gguf', 'expert_pack', 'bitsandbytes', 'mistral', 'layered', 'flash_rl', 'remote', 'remote_instance', 'fastsafetensors', 'private', 'runai_streamer']
+--speculative-num-steps | action=_StoreAction nargs=None type=int default=None choices=None
+--speculative-eagle-topk | action=_StoreAction nargs=None type=int default=None choices=None
+--speculative-num-draft-tokens | action=_StoreAction nargs=None type=int default=None choices=None
+--speculative-dflash-block-size | action=_StoreAction nargs=None type=int default=None choices=None
+--speculative-dspark-block-size | action=_StoreAction nargs=None type=int default=None choices=None
+--speculative-dspark-sps-table-path | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-dspark-confidence-sts-path | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-dspark-align-verify-tokens-to-graph-tier | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--speculative-accept-threshold-single | action=_StoreAction nargs=None type=float default=1.0 choices=None
+--speculative-accept-threshold-acc | action=_StoreAction nargs=None type=float default=1.0 choices=None
+--speculative-use-rejection-sampling | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--speculative-token-map | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-attention-mode | action=_StoreAction nargs=None type=str default='prefill' choices=['prefill', 'decode']
+--speculative-draft-attention-backend | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-dsa-topk-backend | action=_StoreAction nargs=None type=str default='sgl-kernel' choices=['sgl-kernel', 'torch', 'flashinfer']
+--speculative-draft-kv-cache-dtype | action=_StoreAction nargs=None type=str default=None choices=['auto', 'fp8_e5m2', 'fp8_e4m3', 'bf16', 'bfloat16']
+--speculative-draft-window-size | action=_StoreAction nargs=None type=int default=None choices=None
+--speculative-moe-runner-backend | action=_StoreAction nargs=None type=str default=None choices=['auto', 'deep_gemm', 'triton', 'triton_kernel', 'flashinfer_trtllm', 'experimental_sgl_trtllm', 'flashinfer_trtllm_routed', 'flashinfer_cutlass', 'flashinfer_mxfp4', 'flashinfer_cutedsl', 'flashinfer_megamoe', 'cutlass', 'aiter', 'marlin', 'humming', 'experimental_sgl_marlin', 'lora_cutedsl', 'lora_triton', 'lora_marlin', 'hpc_ops', 'megamoe', 'intel_xpu']
+--speculative-moe-a2a-backend | action=_StoreAction nargs=None type=str default=None choices=['none', 'deepep', 'mooncake', 'nixl', 'mori', 'ascend_fuseep', 'flashinfer', 'megamoe', 'deepep_v2', 'pplx', 'ascend_tp']
+--speculative-enable-w4a4-mxfp4-megamoe --no-speculative-enable-w4a4-mxfp4-megamoe | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--speculative-draft-model-quantization | action=_StoreAction nargs=None type=str default=None choices=['awq', 'fp8', 'mxfp8', 'gptq', 'gptq_marlin', 'awq_marlin', 'bitsandbytes', 'gguf', 'modelopt', 'modelopt_fp8', 'modelopt_fp4', 'nvfp4_online', 'modelopt_mixed', 'petit_nvfp4', 'w8a8_int8', 'w8a8_fp8', 'moe_wna16', 'w4afp8', 'mxfp4', 'auto-round', 'auto-round-int8', 'compressed-tensors', 'modelslim', 'mxfp_w4a8', 'quark', 'quark_int4fp8_moe', 'quark_mxfp4', 'mlx_q4', 'mlx_q8', 'unquant', 'humming']
+--enable-multi-layer-eagle | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--speculative-adaptive | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--speculative-adaptive-config | action=_StoreAction nargs=None type=str default=None choices=None
+--decoupled-spec-bind-endpoint | action=_StoreAction nargs=None type=str default=None choices=None
+--decoupled-spec-connect-endpoints | action=_StoreAction nargs=None type=json_list_type default=None choices=None
+--decoupled-spec-rank | action=_StoreAction nargs=None type=int default=None choices=None
+--decoupled-spec-role | action=_StoreAction nargs=None type=str default='null' choices=['null', 'verifier', 'drafter']
+--spec-trace-dir | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-ngram-min-bfs-breadth | action=_StoreAction nargs=None type=int default=1 choices=None
+--speculative-ngram-max-bfs-breadth | action=_StoreAction nargs=None type=int default=10 choices=None
+--speculative-ngram-match-type | action=_StoreAction nargs=None type=str default='BFS' choices=['BFS', 'PROB']
+--speculative-ngram-max-trie-depth | action=_StoreAction nargs=None type=int default=18 choices=None
+--speculative-ngram-capacity | action=_StoreAction nargs=None type=int default=10000000 choices=None
+--speculative-ngram-external-corpus-path | action=_StoreAction nargs=None type=str default=None choices=None
+--speculative-ngram-external-sam-budget | action=_StoreAction nargs=None type=int default=0 choices=None
+--speculative-ngram-external-corpus-max-tokens | action=_StoreAction nargs=None type=int default=10000000 choices=None
+--ep-size --expert-parallel-size --ep | action=_StoreAction nargs=None type=int default=1 choices=None
+--moe-a2a-backend | action=_StoreAction nargs=None type=str default='none' choices=['none', 'deepep', 'mooncake', 'nixl', 'mori', 'ascend_fuseep', 'flashinfer', 'megamoe', 'deepep_v2', 'pplx', 'ascend_tp', 'flashinfer_megamoe']
+--enable-w4a4-mxfp4-megamoe | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--deepep-v2-mode | action=_StoreAction nargs=None type=str default='direct' choices=['direct', 'hybrid']
+--moe-runner-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'deep_gemm', 'triton', 'triton_kernel', 'flashinfer_trtllm', 'experimental_sgl_trtllm', 'flashinfer_trtllm_routed', 'flashinfer_cutlass', 'flashinfer_mxfp4', 'flashinfer_cutedsl', 'flashinfer_megamoe', 'cutlass', 'aiter', 'marlin', 'humming', 'experimental_sgl_marlin', 'lora_cutedsl', 'lora_triton', 'lora_marlin', 'hpc_ops', 'megamoe', 'intel_xpu']
+--flashinfer-mxfp4-moe-precision | action=_StoreAction nargs=None type=str default='default' choices=['default', 'bf16', 'fp8']
+--deepep-mode | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'normal', 'low_latency']
+--fuseep-mode | action=_StoreAction nargs=None type=int default=2 choices=[1, 2]
+--deepep-dispatcher-output-dtype | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'bf16', 'fp8', 'int8', 'nvfp4']
+--ep-num-redundant-experts | action=_StoreAction nargs=None type=int default=0 choices=None
+--ep-dispatch-algorithm | action=_StoreAction nargs=None type=str default=None choices=['static', 'dynamic', 'fake', 'lp']
+--init-expert-location | action=_StoreAction nargs=None type=str default='trivial' choices=None
+--enable-eplb | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--eplb-algorithm | action=_StoreAction nargs=None type=str default='auto' choices=None
+--eplb-rebalance-num-iterations | action=_StoreAction nargs=None type=int default=1000 choices=None
+--eplb-rebalance-layers-per-chunk | action=_StoreAction nargs=None type=int default=None choices=None
+--eplb-min-rebalancing-utilization-threshold | action=_StoreAction nargs=None type=float default=1.0 choices=None
+--expert-distribution-recorder-mode | action=_StoreAction nargs=None type=str default=None choices=['stat', 'stat_approx', 'per_pass', 'per_token']
+--expert-distribution-recorder-buffer-size | action=_StoreAction nargs=None type=int default=None choices=None
+--expert-balancedness-report-mode | action=_StoreAction nargs=None type=str default='off' choices=['off', 'server_log', 'prometheus', 'both']
+--deepep-config | action=_StoreAction nargs=None type=str default=None choices=None
+--moe-dense-tp-size | action=_StoreAction nargs=None type=int default=None choices=None
+--elastic-ep-backend | action=_StoreAction nargs=None type=str default=None choices=['none', 'mooncake', 'nixl']
+--enable-elastic-expert-backup | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--mooncake-ib-device | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-waterfill | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--elastic-ep-join-mode | action=_StoreAction nargs=None type=str default=None choices=['scale', 'recover']
+--elastic-ep-join-rank-offset | action=_StoreAction nargs=None type=int default=0 choices=None
+--elastic-ep-initial-size | action=_StoreAction nargs=None type=int default=None choices=None
+--max-ep-size | action=_StoreAction nargs=None type=int default=None choices=None
+--elastic-ep-scale-timeout | action=_StoreAction nargs=None type=float default=600 choices=None
+--disable-flashinfer-cutlass-moe-fp4-allgather | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-shared-experts-fusion | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enforce-shared-experts-fusion | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--max-mamba-cache-size | action=_StoreAction nargs=None type=int default=None choices=None
+--mamba-ssm-dtype | action=_StoreAction nargs=None type=str default=None choices=['float32', 'bfloat16', 'float16']
+--mamba-max-states-per-path | action=_StoreAction nargs=None type=int default=-1 choices=None
+--enable-mamba-cache-stochastic-rounding | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--mamba-cache-philox-rounds | action=_StoreAction nargs=None type=int default=0 choices=None
+--mamba-full-memory-ratio | action=_StoreAction nargs=None type=float default=None choices=None
+--mamba-radix-cache-strategy | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'no_buffer', 'extra_buffer', 'extra_buffer_lazy']
+--mamba-track-interval | action=_StoreAction nargs=None type=int default=256 choices=None
+--enable-int8-mamba-checkpoint | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--int8-mamba-ckpt-size | action=_StoreAction nargs=None type=int default=None choices=None
+--linear-attn-backend | action=_StoreAction nargs=None type=str default='triton' choices=['triton', 'cutedsl', 'flashinfer', 'flashkda', 'nvidia_kda', 'ptx_kda', 'helion', 'intel_xpu']
+--linear-attn-decode-backend | action=_StoreAction nargs=None type=str default=None choices=['triton', 'cutedsl', 'flashinfer', 'flashkda', 'nvidia_kda', 'ptx_kda', 'helion', 'intel_xpu']
+--linear-attn-prefill-backend | action=_StoreAction nargs=None type=str default=None choices=['triton', 'cutedsl', 'flashinfer', 'flashkda', 'nvidia_kda', 'ptx_kda', 'helion', 'intel_xpu']
+--linear-attn-verify-backend | action=_StoreAction nargs=None type=str default=None choices=['triton', 'cutedsl', 'flashinfer', 'flashkda', 'nvidia_kda', 'ptx_kda', 'helion', 'intel_xpu', 'nv_cutedsl']
+--enable-linear-replayssm | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--linear-replayssm-cache-len | action=_StoreAction nargs=None type=int default=16 choices=None
+--enable-linear-replayssm-spec | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-hierarchical-cache --enable-hicache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--hicache-host-memory-mode | action=_StoreAction nargs=None type=str default='cache' choices=['cache', 'buffer_only']
+--hicache-ratio | action=_StoreAction nargs=None type=float default=None choices=None
+--hicache-size | action=_StoreAction nargs=None type=int default=0 choices=None
+--hicache-write-policy | action=_StoreAction nargs=None type=str default='write_through' choices=['write_back', 'write_through', 'write_through_selective']
+--hicache-io-backend | action=_StoreAction nargs=None type=str default='kernel' choices=['direct', 'kernel', 'kernel_ascend']
+--hicache-mem-layout | action=_StoreAction nargs=None type=str default='page_first' choices=['layer_first', 'page_first', 'page_first_direct', 'page_first_kv_split', 'page_head']
+--hicache-storage-backend | action=_StoreAction nargs=None type=str default=None choices=['file', 'sim', 'mooncake', 'npu_memcache', 'hf3fs', 'nixl', 'aibrix', 'dynamic', 'eic', 'simm', 'mori', 'shm', 'tensorcast', 'seaweedfs']
+--hicache-storage-prefetch-policy | action=_StoreAction nargs=None type=str default='timeout' choices=['best_effort', 'wait_complete', 'timeout']
+--hicache-storage-backend-extra-config | action=_StoreAction nargs=None type=str default=None choices=None
+--hicache-storage-prefetch-retry-poll-interval | action=_StoreAction nargs=None type=int default=8 choices=None
+--hicache-storage-prefetch-retry-max-attempts | action=_StoreAction nargs=None type=int default=8 choices=None
+--enable-unified-cache-external-linker | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--unified-cache-external-linker-backend | action=_StoreAction nargs=None type=str default='mooncake' choices=['mooncake', 'mori', 'dynamic']
+--enable-hisparse | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--hisparse-config --hierarchical-sparse-attention-extra-config | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-broadcast-mm-inputs-process | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-prefix-mm-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--mm-enable-dp-encoder --no-mm-enable-dp-encoder | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--mm-process-config | action=_StoreAction nargs=None type=loads default=None choices=None
+--mm-processor-worker-num | action=_StoreAction nargs=None type=int default=0 choices=None
+--mm-io-worker-num | action=_StoreAction nargs=None type=int default=0 choices=None
+--allowed-media-domains | action=_StoreAction nargs=+ type=str default=[] choices=None
+--media-url-max-file-size-mb | action=_StoreAction nargs=None type=int default=64 choices=None
+--mm-preprocess-cache-size-mb | action=_StoreAction nargs=None type=int default=None choices=None
+--trust-mm-content-hashes | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--limit-mm-data-per-request | action=_StoreAction nargs=None type=loads default=None choices=None
+--enable-mm-global-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--image-processor-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'torchvision', 'pil']
+--mm-global-cache-backend | action=_StoreAction nargs=None type=str default='mooncake' choices=['mooncake']
+--disable-fast-image-processor | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--mm-feature-transport | action=_StoreAction nargs=None type=str default=None choices=['cpu', 'cuda_ipc', 'cuda_vmm']
+--enable-lora | action=_StoreTrueAction nargs=0 type=None default=None choices=None
+--enable-lora-overlap-loading | action=_StoreTrueAction nargs=0 type=None default=None choices=None
+--max-lora-rank | action=_StoreAction nargs=None type=int default=None choices=None
+--lora-target-modules | action=_StoreAction nargs=* type=str default=None choices=['q_proj', 'k_proj', 'v_proj', 'o_proj', 'q_a_proj', 'kv_a_proj_with_mqa', 'q_b_proj', 'kv_b_proj', 'wq_b', 'wk', 'weights_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'embed_tokens', 'lm_head', 'qkvr', 'wo_ud', 'all']
+--lora-paths | action=LoRAPathAction nargs=* type=str default=None choices=None
+--max-loaded-loras | action=_StoreAction nargs=None type=int default=None choices=None
+--max-loras-per-batch | action=_StoreAction nargs=None type=int default=8 choices=None
+--lora-eviction-policy | action=_StoreAction nargs=None type=str default='lru' choices=['lru', 'fifo']
+--lora-backend | action=_StoreAction nargs=None type=str default='csgmv' choices=['triton', 'csgmv', 'ascend', 'torch_native', 'triton_v2']
+--max-lora-chunk-size | action=_StoreAction nargs=None type=int default=16 choices=[16, 32, 64, 128]
+--experts-shared-outer-loras --no-experts-shared-outer-loras | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--lora-use-virtual-experts | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--lora-strict-loading --no-lora-strict-loading | action=BooleanOptionalAction nargs=0 type=None default=False choices=None
+--lora-drain-wait-threshold | action=_StoreAction nargs=None type=float default=0.0 choices=None
+--enable-two-batch-overlap | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-single-batch-overlap | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--tbo-token-distribution-threshold | action=_StoreAction nargs=None type=float default=0.48 choices=None
+--cpu-offload-gb | action=_StoreAction nargs=None type=int default=0 choices=None
+--offload-group-size | action=_StoreAction nargs=None type=int default=-1 choices=None
+--offload-num-in-group | action=_StoreAction nargs=None type=int default=1 choices=None
+--offload-prefetch-step | action=_StoreAction nargs=None type=int default=1 choices=None
+--offload-mode | action=_StoreAction nargs=None type=str default='cpu' choices=None
+--enable-lmcache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--lmcache-config-file | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-flexkv | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--flexkv-config-file | action=_StoreAction nargs=None type=str default=None choices=None
+--kt-weight-path | action=_StoreAction nargs=None type=str default=None choices=None
+--kt-method | action=_StoreAction nargs=None type=str default='AMXINT4' choices=None
+--kt-cpuinfer | action=_StoreAction nargs=None type=int default=None choices=None
+--kt-threadpool-count | action=_StoreAction nargs=None type=int default=2 choices=None
+--kt-num-gpu-experts | action=_StoreAction nargs=None type=int default=None choices=None
+--kt-max-deferred-experts-per-token | action=_StoreAction nargs=None type=int default=None choices=None
+--dllm-algorithm | action=_StoreAction nargs=None type=str default=None choices=None
+--dllm-algorithm-config | action=_StoreAction nargs=None type=str default=None choices=None
+--dllm-fdfo --no-dllm-fdfo | action=BooleanOptionalAction nargs=0 type=None default=True choices=None
+--disaggregation-mode | action=_StoreAction nargs=None type=str default='null' choices=['null', 'prefill', 'decode']
+--disaggregation-transfer-backend | action=_StoreAction nargs=None type=str default='mooncake' choices=['mooncake', 'nixl', 'ascend', 'fake', 'mori', 'mooncake_tcp']
+--disaggregation-bootstrap-port | action=_StoreAction nargs=None type=int default=8998 choices=None
+--disaggregation-ib-device | action=_StoreAction nargs=None type=str default=None choices=None
+--disaggregation-decode-enable-radix-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disaggregation-decode-enable-offload-kvcache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disaggregation-decode-retraction-backup | action=_StoreAction nargs=None type=str default=None choices=['cpu_tensor', 'host_pool', 'none']
+--num-reserved-decode-tokens | action=_StoreAction nargs=None type=int default=512 choices=None
+--disaggregation-decode-extra-slots | action=_StoreAction nargs=None type=int default=None choices=None
+--disaggregation-decode-polling-interval | action=_StoreAction nargs=None type=int default=1 choices=None
+--optimistic-prefill-attempts | action=_StoreAction nargs=None type=int default=0 choices=None
+--encoder-only | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--language-only | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--language-model-only | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--encoder-transfer-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'zmq_to_scheduler', 'zmq_to_tokenizer', 'mooncake']
+--encoder-urls | action=_StoreAction nargs=+ type=str default=[] choices=None
+--encoder-bootstrap-port | action=_StoreAction nargs=None type=int default=8997 choices=None
+--encoder-register-urls | action=_StoreAction nargs=+ type=str default=[] choices=None
+--enable-adaptive-dispatch-to-encoder | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-pdmux | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--pdmux-config-path | action=_StoreAction nargs=None type=str default=None choices=None
+--sm-group-num | action=_StoreAction nargs=None type=int default=8 choices=None
+--startup-weight-load-mode | action=_StoreAction nargs=None type=str default='serial' choices=['serial', 'overlap']
+--custom-weight-loader | action=_StoreAction nargs=* type=str default=None choices=None
+--weight-loader-disable-mmap | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--weight-loader-prefetch-checkpoints | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--weight-loader-prefetch-num-threads | action=_StoreAction nargs=None type=int default=4 choices=None
+--weight-loader-drop-cache-after-load | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--remote-instance-weight-loader-seed-instance-ip | action=_StoreAction nargs=None type=str default=None choices=None
+--remote-instance-weight-loader-seed-instance-service-port | action=_StoreAction nargs=None type=int default=None choices=None
+--remote-instance-weight-loader-send-weights-group-ports | action=_StoreAction nargs=None type=json_list_type default=None choices=None
+--remote-instance-weight-loader-backend | action=_StoreAction nargs=None type=str default='nccl' choices=['transfer_engine', 'nccl', 'modelexpress']
+--remote-instance-weight-loader-start-seed-via-transfer-engine | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--engine-info-bootstrap-port | action=_StoreAction nargs=None type=int default=6789 choices=None
+--modelexpress-config | action=_StoreAction nargs=None type=str default=None choices=None
+--download-dir | action=_StoreAction nargs=None type=str default=None choices=None
+--model-checksum | action=_StoreAction nargs=? type=str default=None choices=None
+--delete-ckpt-after-loading | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--decrypted-config-file | action=_StoreAction nargs=None type=str default=None choices=None
+--decrypted-draft-config-file | action=_StoreAction nargs=None type=str default=None choices=None
+--checkpoint-engine-wait-weights-before-ready | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-prefill-delayer | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--prefill-delayer-max-delay-passes | action=_StoreAction nargs=None type=int default=30 choices=None
+--prefill-delayer-token-usage-low-watermark | action=_StoreAction nargs=None type=float default=None choices=None
+--prefill-delayer-forward-passes-buckets | action=_StoreAction nargs=+ type=float default=None choices=None
+--prefill-delayer-wait-seconds-buckets | action=_StoreAction nargs=+ type=float default=None choices=None
+--prefill-delayer-queue-min-ratio | action=_StoreAction nargs=None type=float default=None choices=None
+--prefill-delayer-max-delay-ms | action=_StoreAction nargs=None type=float default=None choices=None
+--min-free-slots-delay | action=_StoreAction nargs=None type=int default=None choices=None
+--enable-deterministic-inference | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--rl-on-policy-target | action=_StoreAction nargs=None type=str default=None choices=['fsdp']
+--kv-canary | action=_StoreAction nargs=None type=str default='none' choices=['none', 'log', 'raise']
+--kv-canary-sweep-interval | action=_StoreAction nargs=None type=int default=0 choices=None
+--enable-dynamic-batch-tokenizer | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--dynamic-batch-tokenizer-batch-size | action=_StoreAction nargs=None type=int default=32 choices=None
+--dynamic-batch-tokenizer-batch-timeout | action=_StoreAction nargs=None type=float default=0.002 choices=None
+--enable-tokenizer-batch-encode | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-tokenizer-batch-decode | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--debug-tensor-dump-output-folder | action=_StoreAction nargs=None type=str default=None choices=None
+--debug-tensor-dump-layers | action=_StoreAction nargs=+ type=int default=None choices=None
+--debug-tensor-dump-input-file | action=_StoreAction nargs=None type=str default=None choices=None
+--enable-memory-saver | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-weights-cpu-backup | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-draft-weights-cpu-backup | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-custom-logit-processor | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-return-hidden-states | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--return-hidden-states-mode | action=_StoreAction nargs=None type=str default=None choices=['last', 'full']
+--enable-return-routed-experts | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-return-indexer-topk | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--sampling-mask-max-tokens | action=_StoreAction nargs=None type=int default=4096 choices=None
+--disable-outlines-disk-cache | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-mis | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--weight-cache-mode | action=_StoreAction nargs=None type=str default='off' choices=['off', 'daemon', 'client']
+--weight-cache-socket | action=_StoreAction nargs=None type=str default=None choices=None
+--weight-cache-timeout | action=_StoreAction nargs=None type=int default=1800 choices=None
+--forward-hooks | action=_StoreAction nargs=None type=json_list_type default=None choices=None
+--msprobe-dump-config | action=_StoreAction nargs=None type=str default=None choices=None
+--ple-offload-embedding --no-ple-offload-embedding | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--ple-offload-backend | action=_StoreAction nargs=None type=str default='pinned' choices=['pinned', 'file']
+--ple-offload-dir | action=_StoreAction nargs=None type=str default=None choices=None
+--disaggregation-enable-kv-checksum | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-pd-role-switch | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--speculative-domino-candidate-pool-size | action=_StoreAction nargs=None type=int default=2048 choices=None
+--flashinfer-a2a-dispatch-type | action=_StoreAction nargs=None type=str default=None choices=['auto', 'bf16', 'nvfp4', 'mxfp8']
+--cuda-graph-max-seq-len-prefill | action=_StoreAction nargs=None type=int default=None choices=None
+--prefill-kv-cache-dequant-dtype | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'nvfp4', 'fp8_e4m3']
+--dsv4-attn-backend | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'flashmla', 'flashmla_mega', 'trtllm']
+--otlp-service-name | action=_StoreAction nargs=None type=str default=None choices=None
+--hicache-host-memory-fraction | action=_StoreAction nargs=None type=float default=0.8 choices=None
+--enable-linker-mla-dedup | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--swa-prefix-tails | action=_StoreAction nargs=None type=int default=None choices=None
+--enable-encoder-swa-bounded-replay | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-decoder-swa-bounded-replay --no-enable-decoder-swa-bounded-replay | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--enable-response-store | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disaggregation-decode-host-receive-threshold | action=_StoreAction nargs=None type=float default=1.0 choices=None
+--qsa-indexer-dtype | action=_StoreAction nargs=None type=str default='auto' choices=['auto', 'bfloat16', 'fp8_e4m3']
+--disaggregation-decode-allocation-policy | action=_StoreAction nargs=None type=str default='early' choices=['early', 'prefill_complete']
+--speculative-use-block-verification | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--speculative-draft-sink-size | action=_StoreAction nargs=None type=int default=None choices=None
+--disable-aiter-allreduce-fusion-in-prefill | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--disable-aiter-allreduce-fusion-in-decode | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-amd-monokernel | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--dsa-triton-union | action=_StoreAction nargs=None type=int default=0 choices=[0, 2, 4]
+--enable-dsa-fused-indexer --no-enable-dsa-fused-indexer | action=BooleanOptionalAction nargs=0 type=None default=None choices=None
+--enable-watermark | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--watermark-config | action=_StoreAction nargs=None type=str default=None choices=None
+--grpc-response-timeout-secs | action=_StoreAction nargs=None type=int default=300 choices=None
+--enable-paged-experts | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--paged-experts-num-resident | action=_StoreAction nargs=None type=int default=None choices=None
+--enable-nvidia-megakernel | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-megamoe-for-layernorm-sp | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--enable-http-worker-reuseport | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--prefill-decode-interval-min-bs | action=_StoreAction nargs=None type=int default=0 choices=None
+--unified-cache-external-linker-config | action=_StoreAction nargs=None type=loads default=None choices=None
+--enable-return-aux-hidden-states | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+--return-aux-hidden-state-layer-ids | action=_StoreAction nargs=+ type=int default=None choices=None
+--sampling-backend | action=_StoreAction nargs=None type=str default=None choices=['flashinfer', 'intel_xpu', 'pytorch', 'ascend']
+--reasoning-parser | action=_StoreAction nargs=None type=str default=None choices=['auto', 'apertus2509', 'beam', 'deepseek-r1', 'deepseek-v3', 'deepseek-v4', 'deepseek-v41', 'dots', 'glm45', 'ling3', 'hunyuan', 'gpt-oss', 'k2_horizon', 'kimi', 'kimi_k2', 'kimi_k3', 'mimo', 'muse', 'poolside_v1', 'qwen3', 'qwen3-thinking', 'minimax', 'minimax-append-think', 'minimax-m3', 'nanbeige', 'step3', 'step3p5', 'mistral', 'nemotron_3', 'granite_thinking_parser', 'interns1', 'gemma4', 'inkling', 'iquest_q1', 'cohere_command4', 'gigachat35', 'response_template']
+--tool-call-parser | action=_StoreAction nargs=None type=str default=None choices=['auto', 'apertus2509', 'beam', 'cohere_command4', 'deepseekv3', 'deepseekv31', 'deepseekv32', 'deepseekv4', 'deepseekv41', 'dots', 'glm', 'glm45', 'glm47', 'gpt-oss', 'k2_horizon', 'kimi_k2', 'kimi_k3', 'lfm2', 'ling3', 'llama3', 'mimo', 'minicpm5', 'mistral', 'muse', 'poolside_v1', 'pythonic', 'qwen', 'qwen25', 'qwen3_coder', 'spark25', 'step3', 'step3p5', 'minimax-m2', 'minimax-m3', 'nanbeige', 'trinity', 'interns1', 'hermes', 'hunyuan', 'gigachat3', 'gigachat35', 'gemma4', 'inkling', 'iquest_q1', 'response_template']
+--kv-canary-real-data | action=_StoreAction nargs=None type=str default='none' choices=['none', 'partial', 'all']
+--config | action=_StoreAction nargs=None type=str default=None choices=None
+--disable-cuda-graph | action=DeprecatedStoreTrueAction nargs=0 type=None default=False choices=None
+--enable-dp-attention | action=DeprecatedStoreTrueAction nargs=0 type=None default=False choices=None
+--monokernel-backend | action=DeprecatedStoreConstAction nargs=None type=None default=False choices=['amd']
+--enable-flashinfer-allreduce-fusion | action=_StoreTrueAction nargs=0 type=None default=False choices=None
+"""
+
+# Source: /work/shared/reference/option-lists/sglang-router-0.3.2.txt
+SGLANG_ROUTER = r"""-h --help | nargs=0 default='==SUPPRESS==' choices=None
+--host | nargs=None default='0.0.0.0' choices=None
+--port | nargs=None default=30000 choices=None
+--worker-urls | nargs=* default=[] choices=None
+--policy | nargs=None default='cache_aware' choices=['random', 'round_robin', 'cache_aware', 'power_of_two', 'manual']
+--prefill-policy | nargs=None default=None choices=['random', 'round_robin', 'cache_aware', 'power_of_two', 'manual', 'bucket']
+--decode-policy | nargs=None default=None choices=['random', 'round_robin', 'cache_aware', 'power_of_two', 'manual']
+--cache-threshold | nargs=None default=0.3 choices=None
+--balance-abs-threshold | nargs=None default=64 choices=None
+--balance-rel-threshold | nargs=None default=1.5 choices=None
+--bucket-adjust-interval-secs | nargs=None default=5 choices=None
+--eviction-interval-secs | nargs=None default=60 choices=None
+--max-tree-size | nargs=None default=67108864 choices=None
+--max-idle-secs | nargs=None default=14400 choices=None
+--assignment-mode | nargs=None default='random' choices=['random', 'min_load', 'min_group']
+--max-payload-size | nargs=None default=536870912 choices=None
+--dp-aware | nargs=0 default=False choices=None
+--enable-igw | nargs=0 default=False choices=None
+--mini-lb | nargs=0 default=False choices=None
+--pd-disaggregation | nargs=0 default=False choices=None
+--prefill | nargs=+ default=None choices=None
+--decode | nargs=1 default=None choices=None
+--worker-startup-timeout-secs | nargs=None default=1800 choices=None
+--worker-startup-check-interval | nargs=None default=30 choices=None
+--log-dir | nargs=None default=None choices=None
+--log-level | nargs=None default='info' choices=['debug', 'info', 'warn', 'error']
+--service-discovery | nargs=0 default=False choices=None
+--selector | nargs=+ default={} choices=None
+--service-discovery-port | nargs=None default=80 choices=None
+--service-discovery-namespace | nargs=None default=None choices=None
+--prefill-selector | nargs=+ default={} choices=None
+--decode-selector | nargs=+ default={} choices=None
+--prometheus-port | nargs=None default=29000 choices=None
+--prometheus-host | nargs=None default='0.0.0.0' choices=None
+--prometheus-duration-buckets | nargs=+ default=None choices=None
+--request-id-headers | nargs=* default=None choices=None
+--request-timeout-secs | nargs=None default=1800 choices=None
+--shutdown-grace-period-secs | nargs=None default=180 choices=None
+--cors-allowed-origins | nargs=* default=[] choices=None
+--max-concurrent-requests | nargs=None default=-1 choices=None
+--queue-size | nargs=None default=100 choices=None
+--queue-timeout-secs | nargs=None default=60 choices=None
+--rate-limit-tokens-per-second | nargs=None default=None choices=None
+--retry-max-retries | nargs=None default=5 choices=None
+--retry-initial-backoff-ms | nargs=None default=50 choices=None
+--retry-max-backoff-ms | nargs=None default=30000 choices=None
+--retry-backoff-multiplier | nargs=None default=1.5 choices=None
+--retry-jitter-factor | nargs=None default=0.2 choices=None
+--disable-retries | nargs=0 default=False choices=None
+--cb-failure-threshold | nargs=None default=10 choices=None
+--cb-success-threshold | nargs=None default=3 choices=None
+--cb-timeout-duration-secs | nargs=None default=60 choices=None
+--cb-window-duration-secs | nargs=None default=120 choices=None
+--disable-circuit-breaker | nargs=0 default=False choices=None
+--health-failure-threshold | nargs=None default=3 choices=None
+--health-success-threshold | nargs=None default=2 choices=None
+--health-check-timeout-secs | nargs=None default=5 choices=None
+--health-check-interval-secs | nargs=None default=60 choices=None
+--health-check-endpoint | nargs=None default='/health' choices=None
+--disable-health-check | nargs=0 default=False choices=None
+--model-path | nargs=None default=None choices=None
+--tokenizer-path | nargs=None default=None choices=None
+--chat-template | nargs=None default=None choices=None
+--tokenizer-cache-enable-l0 | nargs=0 default=False choices=None
+--tokenizer-cache-l0-max-entries | nargs=None default=10000 choices=None
+--tokenizer-cache-enable-l1 | nargs=0 default=False choices=None
+--tokenizer-cache-l1-max-memory | nargs=None default=52428800 choices=None
+--reasoning-parser | nargs=None default=None choices=None
+--tool-call-parser | nargs=None default=None choices=['glm45_moe', 'passthrough', 'json', 'pythonic', 'qwen_coder', 'deepseek', 'kimik2', 'minimax_m2', 'mistral', 'llama', 'qwen', 'glm47_moe', 'step3']
+--mcp-config-path | nargs=None default=None choices=None
+--backend | nargs=None default='sglang' choices=['sglang', 'openai']
+--history-backend | nargs=None default='memory' choices=['memory', 'none', 'oracle', 'postgres', 'redis']
+--oracle-wallet-path | nargs=None default=None choices=None
+--oracle-tns-alias | nargs=None default=None choices=None
+--oracle-connect-descriptor | nargs=None default=None choices=None
+--oracle-username | nargs=None default=None choices=None
+--oracle-password | nargs=None default=None choices=None
+--oracle-pool-min | nargs=None default=1 choices=None
+--oracle-pool-max | nargs=None default=16 choices=None
+--oracle-pool-timeout-secs | nargs=None default=30 choices=None
+--postgres-db-url | nargs=None default=None choices=None
+--postgres-pool-max | nargs=None default=16 choices=None
+--redis-url | nargs=None default=None choices=None
+--redis-pool-max | nargs=None default=16 choices=None
+--redis-retention-days | nargs=None default=30 choices=None
+--client-cert-path | nargs=None default=None choices=None
+--client-key-path | nargs=None default=None choices=None
+--ca-cert-paths | nargs=* default=[] choices=None
+--tls-cert-path | nargs=None default=None choices=None
+--tls-key-path | nargs=None default=None choices=None
+--enable-trace | nargs=0 default=False choices=None
+--otlp-traces-endpoint | nargs=None default='localhost:4317' choices=None
+--api-key | nargs=None default=None choices=None
+--control-plane-api-keys | nargs=* default=[] choices=None
+--control-plane-audit-enabled | nargs=0 default=False choices=None
+--jwt-issuer | nargs=None default=None choices=None
+--jwt-audience | nargs=None default=None choices=None
+--jwt-jwks-uri | nargs=None default=None choices=None
+--jwt-role-mapping | nargs=* default=[] choices=None
+"""
+
+# Source: /work/shared/reference/option-lists/smg-1.13.0.txt
+SMG = r"""-h --help | nargs=0 default='==SUPPRESS==' choices=None
+--host | nargs=None default='0.0.0.0' choices=None
+--port | nargs=None default=30000 choices=None
+--worker-urls | nargs=* default=[] choices=None
+--upstream-http2 | nargs=0 default=False choices=None
+--upstream-pool-idle-timeout-secs | nargs=None default=3 choices=None
+--health-check-port | nargs=None default=None choices=None
+--policy | nargs=None default='cache_aware' choices=['random', 'round_robin', 'passthrough', 'cache_aware', 'power_of_two', 'least_load', 'manual', 'consistent_hashing', 'prefix_hash']
+--encode-policy | nargs=None default=None choices=['random', 'round_robin', 'consistent_hashing']
+--prefill-policy | nargs=None default=None choices=['random', 'round_robin', 'passthrough', 'cache_aware', 'power_of_two', 'least_load', 'manual', 'consistent_hashing', 'prefix_hash', 'bucket']
+--decode-policy | nargs=None default=None choices=['random', 'round_robin', 'passthrough', 'cache_aware', 'power_of_two', 'least_load', 'manual', 'consistent_hashing', 'prefix_hash']
+--cache-threshold --cache-match-threshold | nargs=None default=0.3 choices=None
+--prefix-token-count | nargs=None default=256 choices=None
+--prefix-hash-load-factor | nargs=None default=1.25 choices=None
+--prefix-hash-balance-abs-threshold | nargs=None default=10 choices=None
+--least-load-kv-pressure-weight | nargs=None default=0.15 choices=None
+--least-load-default-throughput | nargs=None default=2000.0 choices=None
+--least-load-mean-prefill-tokens | nargs=None default=1024 choices=None
+--least-load-max-waiting-requests | nargs=None default=0 choices=None
+--power-of-two-load-metric | nargs=None default='expected_wait' choices=['expected_wait', 'requests', 'least_requests']
+--balance-abs-threshold --spill-abs-threshold | nargs=None default=64 choices=None
+--balance-rel-threshold --spill-rel-threshold | nargs=None default=1.5 choices=None
+--balance-token-usage-threshold | nargs=None default=1.0 choices=None
+--overload-token-usage-threshold | nargs=None default=1.0 choices=None
+--worker-overload-waiting-requests | nargs=None default=8 choices=None
+--worker-overload-token-usage | nargs=None default=0.8 choices=None
+--worker-overload-protection | nargs=0 default=None choices=None
+--disable-worker-overload-protection | nargs=0 default=None choices=None
+--worker-overload-shed | nargs=0 default=False choices=None
+--kv-index | nargs=None default='positional' choices=None
+--worker-stall-secs | nargs=None default=2 choices=None
+--worker-wedge-secs | nargs=None default=3 choices=None
+--worker-stale-secs | nargs=None default=15 choices=None
+--worker-warmup-secs | nargs=None default=60 choices=None
+--worker-warmup-share | nargs=None default=0.25 choices=None
+--worker-warmup-blocks | nargs=None default=1024 choices=None
+--worker-warmup-thin-ratio | nargs=None default=0.5 choices=None
+--worker-warmup-divert-every | nargs=None default=8 choices=None
+--selection-policy | nargs=None default='cache-aware-default' choices=None
+--selection-accounting-ttl-ms | nargs=None default=0 choices=None
+--overlap-decay | nargs=None default=0.0 choices=None
+--selection-temperature | nargs=None default=0.0 choices=None
+--bucket-adjust-interval-secs | nargs=None default=5 choices=None
+--eviction-interval-secs | nargs=None default=60 choices=None
+--max-tree-size | nargs=None default=67108864 choices=None
+--block-size | nargs=None default=16 choices=None
+--cache-boundaries | nargs=None default=[] choices=None
+--cache-index | nargs=None default='tree' choices=['tree', 'hash']
+--cache-ttl-secs | nargs=None default=180 choices=None
+--max-idle-secs --sticky-key-idle-secs | nargs=None default=14400 choices=None
+--assignment-mode | nargs=None default=None choices=['random', 'min_load', 'min_group', 'delegate']
+--max-payload-size | nargs=None default=536870912 choices=None
+--max-buffered-request-bytes | nargs=None default=1048576 choices=None
+--pd-admission-wait-secs | nargs=None default=30 choices=None
+--stream-body-stall-timeout-secs | nargs=None default=300 choices=None
+--sse-keepalive-secs | nargs=None default=15 choices=None
+--dp-aware | nargs=0 default=False choices=None
+--routing-key-override --sticky-sessions | nargs=0 default=False choices=None
+--routing-key-headers | nargs=* default=None choices=None
+--dp-minimum-tokens-scheduler | nargs=0 default=False choices=None
+--enable-igw | nargs=0 default=False choices=None
+--enable-rl | nargs=0 default=False choices=None
+--rl-control-timeout-secs | nargs=None default=600 choices=None
+--rl-fanout-concurrency | nargs=None default=32 choices=None
+--pd-disaggregation | nargs=0 default=False choices=None
+--epd-disaggregation | nargs=0 default=False choices=None
+--encode | nargs=+ default=None choices=None
+--prefill | nargs=+ default=None choices=None
+--decode | nargs=1 default=None choices=None
+--prefill-max-inflight-requests-per-worker | nargs=None default=-1 choices=None
+--prefill-queue-size | nargs=None default=None choices=None
+--prefill-queue-timeout-secs | nargs=None default=None choices=None
+--worker-startup-timeout-secs | nargs=None default=1800 choices=None
+--worker-startup-delay | nargs=None default=0 choices=None
+--worker-startup-check-interval | nargs=None default=30 choices=None
+--job-queue-capacity | nargs=None default=1000 choices=None
+--job-queue-concurrency | nargs=None default=200 choices=None
+--load-monitor-interval | nargs=None default=10 choices=None
+--disable-load-monitoring | nargs=0 default=False choices=None
+--multimodal-tensor-transport | nargs=None default=None choices=['inline', 'shm', 'auto', 'rdma']
+--multimodal-shm-min-bytes | nargs=None default=None choices=None
+--multimodal-max-inflight-bytes | nargs=None default=None choices=None
+--mm-per-request-image-limit | nargs=None default=None choices=None
+--mm-processing | nargs=None default=None choices=['auto', 'router', 'worker']
+--mm-pixel-cache-mb | nargs=None default=None choices=None
+--mm-pixel-rdma | nargs=0 default=False choices=None
+--mm-allowed-media-domains | nargs=None default=None choices=None
+--mm-allow-private-media-hosts | nargs=0 default=False choices=None
+--rdma-listen-ip | nargs=None default=None choices=None
+--rdma-slot-ttl-s | nargs=None default=None choices=None
+--log-mm-timing | nargs=0 default=False choices=None
+--log-dir | nargs=None default=None choices=None
+--log-level | nargs=None default='info' choices=['debug', 'info', 'warn', 'error']
+--log-json | nargs=0 default=False choices=None
+--service-discovery | nargs=0 default=False choices=None
+--discovery-provider | nargs=None default=None choices=['kubernetes', 'file']
+--discovery-file | nargs=None default=None choices=None
+--discovery-check-interval-secs | nargs=None default=None choices=None
+--selector | nargs=+ default=None choices=None
+--service-discovery-port | nargs=None default=80 choices=None
+--service-discovery-namespace | nargs=None default=None choices=None
+--kv-connector-annotation | nargs=None default='smg.ai/kv-connector' choices=None
+--kv-engine-id-annotation | nargs=None default='smg.ai/kv-engine-id' choices=None
+--encode-selector | nargs=+ default=None choices=None
+--prefill-selector | nargs=+ default=None choices=None
+--decode-selector | nargs=+ default=None choices=None
+--router-selector | nargs=+ default=None choices=None
+--model-id-from | nargs=None default=None choices=None
+--model-alias | nargs=None default=[] choices=None
+--prometheus-port | nargs=None default=29000 choices=None
+--prometheus-host | nargs=None default=None choices=None
+--prometheus-duration-buckets | nargs=+ default=None choices=None
+--jemalloc-prof-dir | nargs=None default=None choices=None
+--request-id-headers | nargs=* default=None choices=None
+--storage-context-headers | nargs=* default=[] choices=None
+--request-timeout-secs | nargs=None default=1800 choices=None
+--shutdown-grace-period-secs | nargs=None default=180 choices=None
+--header-read-timeout-secs | nargs=None default=30 choices=None
+--idle-connection-timeout-secs | nargs=None default=90 choices=None
+--trust-tenant-header | nargs=0 default=False choices=None
+--tenant-header-name | nargs=None default='x-smg-tenant-id' choices=None
+--cors-allowed-origins | nargs=* default=[] choices=None
+--max-concurrent-requests | nargs=None default=-1 choices=None
+--queue-size | nargs=None default=100 choices=None
+--queue-timeout-secs | nargs=None default=60 choices=None
+--rate-limit-tokens-per-second | nargs=None default=None choices=None
+--max-background-responses | nargs=None default=1024 choices=None
+--priority-scheduler-enabled | nargs=0 default=False choices=None
+--priority-scheduler-default-max-class | nargs=None default='default' choices=None
+--priority-scheduler-config | nargs=None default=None choices=None
+--priority-scheduler-tenant-metric-top-n | nargs=None default=32 choices=None
+--tenant-rate-limit-enabled | nargs=0 default=False choices=None
+--tenant-rate-limit-config | nargs=None default=None choices=None
+--retry-max-retries | nargs=None default=5 choices=None
+--retry-initial-backoff-ms | nargs=None default=50 choices=None
+--retry-max-backoff-ms | nargs=None default=30000 choices=None
+--retry-backoff-multiplier | nargs=None default=1.5 choices=None
+--retry-jitter-factor | nargs=None default=0.2 choices=None
+--disable-retries | nargs=0 default=False choices=None
+--cb-failure-threshold | nargs=None default=10 choices=None
+--cb-success-threshold | nargs=None default=3 choices=None
+--cb-timeout-duration-secs | nargs=None default=60 choices=None
+--cb-window-duration-secs | nargs=None default=120 choices=None
+--disable-circuit-breaker | nargs=0 default=False choices=None
+--health-failure-threshold | nargs=None default=3 choices=None
+--health-success-threshold | nargs=None default=2 choices=None
+--health-check-timeout-secs | nargs=None default=5 choices=None
+--health-check-interval-secs | nargs=None default=60 choices=None
+--health-check-endpoint | nargs=None default='/health' choices=None
+--disable-health-check | nargs=0 default=False choices=None
+--remove-unhealthy-workers --no-remove-unhealthy-workers --worker-auto-recovery --no-worker-auto-recovery | nargs=0 default=None choices=None
+--model-path --model | nargs=None default=None choices=None
+--tokenizer-path | nargs=None default=None choices=None
+--chat-template | nargs=None default=None choices=None
+--disable-tokenizer-autoload | nargs=0 default=False choices=None
+--parser | nargs=None default='legacy' choices=['legacy', 'symphony']
+--tokenizer-cache-enable-l0 | nargs=0 default=False choices=None
+--tokenizer-cache-l0-max-entries | nargs=None default=10000 choices=None
+--tokenizer-cache-enable-l1 | nargs=0 default=False choices=None
+--tokenizer-cache-l0-max-memory | nargs=None default=268435456 choices=None
+--tokenizer-cache-l1-max-memory | nargs=None default=52428800 choices=None
+--reasoning-parser | nargs=None default=None choices=['base', 'cohere_cmd', 'deepseek_r1', 'deepseek_v31', 'deepseek_v4', 'deepseek_v4.1', 'deepseek_v41', 'dots3', 'function_gemma', 'gemma4', 'glm', 'glm4', 'glm45', 'hf', 'hy4', 'hy_v4', 'inkling', 'iquest', 'json', 'k2_horizon', 'kimi', 'kimi_k25', 'kimi_k3', 'kimi_thinking', 'lfm2.5', 'ling', 'llama_nemotron', 'minicpm5', 'minimax', 'minimax_m2', 'minimax_m3', 'mistral_v13', 'nano_v3', 'olmo3', 'passthrough', 'plain', 'qwen2.5', 'qwen3', 'qwen3_tagged', 'qwen3_tagged_direct', 'qwen3_thinking', 'seed_oss', 'step3', 'xlam']
+--tool-call-parser | nargs=None default=None choices=['cohere', 'deepseek', 'deepseek31', 'deepseek32', 'deepseek_v4', 'deepseek_v4.1', 'deepseek_v41', 'dots3', 'function_gemma', 'gemma4', 'glm', 'glm4', 'glm45_moe', 'glm47_moe', 'hf', 'hy4', 'hy_v4', 'inkling', 'iquest', 'json', 'k2_horizon', 'kimi_k3', 'kimik2', 'lfm2.5', 'ling', 'llama', 'llama_nemotron', 'minicpm5', 'minimax_m2', 'minimax_m3', 'mistral', 'mistral_v13', 'nemotron', 'olmo3', 'passthrough', 'plain', 'pythonic', 'qwen', 'qwen2.5', 'qwen3', 'qwen3_tagged', 'qwen3_tagged_direct', 'qwen_coder', 'qwen_xml', 'sarashina', 'seed_oss', 'step3', 'xlam']
+--mcp-config-path | nargs=None default=None choices=None
+--backend | nargs=None default='sglang' choices=['sglang', 'openai', 'anthropic', 'vllm', 'tokenspeed']
+--zmq-engine-count | nargs=None default=None choices=None
+--enable-wasm | nargs=0 default=None choices=None
+--storage-hook-wasm-path | nargs=None default=None choices=None
+--history-backend | nargs=None default='memory' choices=['memory', 'none', 'oracle', 'postgres', 'redis']
+--history-memory-max-responses | nargs=None default=10000 choices=None
+--history-memory-max-items | nargs=None default=100000 choices=None
+--history-memory-retention-secs | nargs=None default=86400 choices=None
+--oracle-wallet-path | nargs=None default=None choices=None
+--oracle-tns-alias | nargs=None default=None choices=None
+--oracle-connect-descriptor | nargs=None default=None choices=None
+--oracle-username | nargs=None default=None choices=None
+--oracle-password | nargs=None default=None choices=None
+--oracle-external-auth | nargs=0 default=False choices=None
+--oracle-pool-min | nargs=None default=1 choices=None
+--oracle-pool-max | nargs=None default=16 choices=None
+--oracle-pool-timeout-secs | nargs=None default=30 choices=None
+--postgres-db-url | nargs=None default=None choices=None
+--postgres-pool-max | nargs=None default=16 choices=None
+--postgres-op-timeout-secs | nargs=None default=5 choices=None
+--redis-url | nargs=None default=None choices=None
+--redis-pool-max | nargs=None default=16 choices=None
+--redis-retention-days | nargs=None default=30 choices=None
+--redis-op-timeout-secs | nargs=None default=5 choices=None
+--schema-config | nargs=None default=None choices=None
+--client-cert-path | nargs=None default=None choices=None
+--client-key-path | nargs=None default=None choices=None
+--ca-cert-paths | nargs=* default=[] choices=None
+--tls-cert-path | nargs=None default=None choices=None
+--tls-key-path | nargs=None default=None choices=None
+--enable-trace | nargs=0 default=False choices=None
+--otlp-traces-endpoint | nargs=None default='localhost:4317' choices=None
+--api-key | nargs=None default=None choices=None
+--tenant-api-key | nargs=None default=[] choices=None
+--control-plane-api-keys | nargs=* default=[] choices=None
+--control-plane-audit-enabled | nargs=0 default=False choices=None
+--jwt-issuer | nargs=None default=None choices=None
+--jwt-audience | nargs=None default=None choices=None
+--jwt-jwks-uri | nargs=None default=None choices=None
+--jwt-role-mapping | nargs=* default=[] choices=None
+--enable-mesh | nargs=0 default=False choices=None
+--mesh-server-name | nargs=None default=None choices=None
+--mesh-host | nargs=None default='0.0.0.0' choices=None
+--mesh-advertise-host | nargs=None default=None choices=None
+--mesh-port | nargs=None default=39527 choices=None
+--mesh-peer-urls | nargs=* default=[] choices=None
+--mesh-tls-ca-cert | nargs=None default=None choices=None
+--mesh-tls-cert | nargs=None default=None choices=None
+--mesh-tls-key | nargs=None default=None choices=None
+"""
+
+
+def regenerate(src_dir: str) -> None:
+    """Rewrite this file from the option-list dumps in ``src_dir``."""
+    here = os.path.realpath(__file__)
+    head = open(here, encoding="utf-8").read().split("\n# Source: ")[0]
+    parts = [head]
+    for const, name in SOURCES.items():
+        with open(os.path.join(src_dir, name), encoding="utf-8") as fh:
+            text = fh.read()
+        parts.append(f"\n# Source: /work/shared/reference/option-lists/{name}\n{const} = r\"\"\"{text}\"\"\"\n")
+    tail = "\n\n" + "def regenerate" + open(here, encoding="utf-8").read().split("\ndef regenerate", 1)[1]
+    with open(here, "w", encoding="utf-8") as fh:
+        fh.write("".join(parts) + tail)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--regenerate"] and len(sys.argv) == 3:
+        regenerate(sys.argv[2])
+    else:
+        sys.exit("usage: option_lists_double.py --regenerate DIR")

@@ -1,0 +1,250 @@
+"""Issue 6 acceptance on the lab: `glmops download` (playbooks/download.yml, roles/checkpoint)
+against the hub double on the lab's bridge gateway, with the REAL huggingface-hub client in
+the hub venv on the lab hosts. Three hosts booted once for the module, plus a shared rw bind
+(the same controller directory on every host) standing in for an NFS mount.
+
+Needs root and systemd-nspawn (marked ``lab``).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from glmops.lab import core, spec
+
+from checkpoint_lab import (CK_COMMIT, CK_REPO, TOKEN, digests, download_json, glmops, lab_up,  # noqa: E402
+                            make_checkpoint, ssh, start_hub, wipe, write_inventory)
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
+    pytest.mark.skipif(shutil.which("systemd-nspawn") is None, reason="systemd-nspawn missing"),
+]
+
+NAME = "pytest-ckpt"
+HOSTS = ["lab-1", "lab-2", "lab-3"]
+LOCAL = f"/models/{CK_REPO}/{CK_COMMIT}"
+SHARED_MNT = "/srv/glmops-shared"
+SHARD2 = "model-00002-of-00003.safetensors"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ckpt")
+    repo = base / "repo"
+    files = make_checkpoint(repo, shards=3, shard_bytes=8 * 1024 * 1024)
+    shared = base / "shared"
+    shared.mkdir()
+    lab = lab_up(NAME, 3, [spec.Bind(str(shared), SHARED_MNT, read_only=False)])
+    hub = start_hub(lab, repo)
+    try:
+        yield {"lab": lab, "hub": hub, "repo": repo, "files": files, "base": base,
+               "runs": base / "runs", "total": sum(files.values())}
+    finally:
+        hub.stop()
+        core.down(NAME, log=lambda *_: None)
+
+
+@pytest.fixture
+def clean(env):
+    wipe(env["lab"])
+    env["hub"].set_faults([])
+    env["hub"].reset()
+    return env
+
+
+def resolve_gets(hub, client: str | None = None) -> list[dict]:
+    return [r for r in hub.stats()["requests"] if r["method"] == "GET" and "/resolve/" in r["path"]
+            and (client is None or r["client"] == client)]
+
+
+def addr(env, host: str) -> str:
+    return next(h.address for h in env["lab"].hosts if h.name == host)
+
+
+def want_digests(env) -> dict[str, str]:
+    return {p: hashlib.sha256((env["repo"] / p).read_bytes()).hexdigest() for p in env["files"]}
+
+
+def test_fanout_three_hosts_pulls_one_copy_and_all_verify(clean, tmp_path):
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    # exactly one copy's bytes from the hub, all to the source host
+    assert env["hub"].stats()["bytes_by_client"] == {addr(env, "lab-1"): env["total"]}
+    sources = {h["host"]: h["source"] for h in out["hosts"]}
+    assert sources == {"lab-1": "hub", "lab-2": "peer lab-1", "lab-3": "peer lab-1"}
+    want = want_digests(env)
+    for host in HOSTS:
+        assert digests(env["lab"], host, LOCAL) == want, host
+        marker = ssh(env["lab"], host, f"cat /var/lib/glmops/checkpoints/{CK_REPO.replace('/', '--')}@{CK_COMMIT}.json")
+        assert marker.returncode == 0 and CK_COMMIT in marker.stdout
+        # owned by the service user, group-writable, setgid directories, others read-only
+        st = ssh(env["lab"], host, f"stat -c '%U:%G %a' {LOCAL} {LOCAL}/{SHARD2}").stdout.split("\n")
+        assert st[0] == "glmops:glmops 2775" and st[1] == "glmops:glmops 664", (host, st)
+    # a second run changes nothing and fetches nothing
+    env["hub"].reset()
+    r2, out2 = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert out2["changed"] == 0
+    assert resolve_gets(env["hub"]) == [] and env["hub"].stats()["bytes_by_client"] == {}
+    assert {h["source"] for h in out2["hosts"]} == {"already verified"}
+
+
+def test_second_group_member_cannot_break_group_writes(clean, tmp_path):
+    """A file another member of the service group creates under a restrictive umask stays
+    writable for the service user (setgid + default ACL); a user outside the group cannot write."""
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", ["lab-1"], mode="per_node")
+    r, _ = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    script = (
+        "id op >/dev/null 2>&1 || useradd -M -G glmops op; id other >/dev/null 2>&1 || useradd -M other; "
+        f"su -s /bin/sh op -c 'umask 077; echo x > {LOCAL}/op-note.txt' && "
+        f"su -s /bin/sh glmops -c 'echo y >> {LOCAL}/op-note.txt' && echo SERVICE_OK; "
+        f"su -s /bin/sh other -c 'echo z > {LOCAL}/other.txt' 2>/dev/null || echo OTHER_DENIED; "
+        f"su -s /bin/sh other -c 'echo z >> {LOCAL}/{SHARD2}' 2>/dev/null || echo OTHER_DENIED_SHARD; "
+        f"rm -f {LOCAL}/op-note.txt")
+    out = ssh(env["lab"], "lab-1", script).stdout
+    assert "SERVICE_OK" in out and "OTHER_DENIED" in out and "OTHER_DENIED_SHARD" in out, out
+
+
+def test_dropped_connection_then_rerun_fetches_only_the_unfinished_file(clean, tmp_path):
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")
+    env["hub"].set_faults([{"kind": "drop", "path": SHARD2, "after_bytes": 4096, "times": -1}])
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 1
+    assert any(SHARD2 in f and "lab-1" in f for f in out["failures"]), out["failures"]
+    done = ssh(env["lab"], "lab-1", f"ls {LOCAL}").stdout.split()
+    assert "model-00001-of-00003.safetensors" in done and SHARD2 not in done
+    assert ssh(env["lab"], "lab-2", f"ls {LOCAL} 2>/dev/null").stdout.strip() == ""  # no copy of a failed download
+    env["hub"].set_faults([])
+    env["hub"].reset()
+    r2, out2 = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert [g["path"].rsplit("/", 1)[1] for g in resolve_gets(env["hub"])] == [SHARD2]
+    assert env["hub"].stats()["bytes_by_client"] == {addr(env, "lab-1"): env["files"][SHARD2]}
+    want = want_digests(env)
+    for host in HOSTS:
+        assert digests(env["lab"], host, LOCAL) == want
+
+
+@pytest.mark.parametrize("fault,needle", [
+    ({"kind": "tree_wrong_size", "delta": 7}, "size"),
+    ({"kind": "tree_wrong_sha256"}, "sha256"),
+])
+def test_wrong_size_or_sha256_fails_naming_the_file(clean, tmp_path, fault, needle):
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")
+    env["hub"].set_faults([dict(fault, path=SHARD2)])
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 1
+    msgs = [f for f in out["failures"] if "lab-1" in f]
+    assert msgs and SHARD2 in msgs[0] and needle in msgs[0] and "VERIFY" in msgs[0], out["failures"]
+    assert ssh(env["lab"], "lab-1", "ls /var/lib/glmops/checkpoints 2>/dev/null").stdout.strip() == ""
+
+
+def test_too_little_disk_fails_before_any_blob(clean, tmp_path):
+    """F10: the hub's tree listing says one shard is 1 PiB larger than it is."""
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")
+    env["hub"].set_faults([{"kind": "tree_wrong_size", "delta": 2 ** 50, "path": SHARD2}])
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 1
+    msg = next(f for f in out["failures"] if "lab-1" in f)
+    assert "F10_DISK" in msg and "needed" in msg and "available" in msg and "PiB" not in msg.split("available")[1][:5]
+    assert resolve_gets(env["hub"]) == [] and env["hub"].stats()["bytes_by_client"] == {}
+    listing = ssh(env["lab"], "lab-1", f"find {LOCAL} -type f 2>/dev/null").stdout.strip()
+    assert listing == ""
+
+
+def test_revision_main_refused_with_offline_serving(clean, tmp_path):
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, revision="main")
+    v = glmops("validate", "-i", str(inv))
+    assert v.returncode == 2 and "F12_REVISION" in v.stdout + v.stderr and "'main'" in v.stdout + v.stderr
+    r, _ = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 2 and "F12_REVISION" in r.stdout + r.stderr
+    assert env["hub"].stats()["requests"] == []  # nothing contacted
+
+
+def test_token_appears_in_no_log_artifact_unit_or_argv(clean, tmp_path):
+    env = clean
+    runs = tmp_path / "runs"
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")
+    env["hub"].set_faults([{"kind": "slow", "bytes_per_s": 4 * 1024 * 1024, "path": "*.safetensors"}])
+    seen_argv: list[str] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen_argv.append(subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout)
+            seen_argv.append(ssh(env["lab"], "lab-1", "ps -eo args=; cat /proc/[0-9]*/environ 2>/dev/null "
+                                                      "| tr '\\0' '\\n' | grep -c HF_TOKEN= || true").stdout)
+            time.sleep(0.5)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        r, out = download_json(inv, hub=env["hub"], runs_dir=runs)
+    finally:
+        stop.set()
+        t.join(10)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the hub saw the token (the repo is private) ...
+    assert any(a.get("valid") for a in env["hub"].stats()["auth"])
+    # ... and nothing else did: stdout/stderr, argv on controller and host, run artifacts
+    assert TOKEN not in r.stdout + r.stderr
+    assert len(seen_argv) > 4 and not any(TOKEN in s for s in seen_argv)
+    for path in runs.rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+    for host in HOSTS:
+        grep = ssh(env["lab"], host, f"grep -rl '{TOKEN}' /etc /var/lib/glmops /models /root /tmp /var/log "
+                                     "/run 2>/dev/null; journalctl --no-pager 2>/dev/null | grep -c '" + TOKEN + "'")
+        assert grep.stdout.strip() in ("0", ""), (host, grep.stdout)
+        assert ssh(env["lab"], host, "ls /var/lib/glmops/checkpoint/hf_token 2>&1").returncode != 0  # removed
+    # the plan for this inventory: engines from the local snapshot, offline, no token anywhere
+    from glmops import inventory, plan
+
+    os.environ["HF_TOKEN"] = TOKEN
+    try:
+        p = plan.build(inventory.load_deployment(str(inv)))
+    finally:
+        os.environ.pop("HF_TOKEN", None)
+    workers = [s for s in p.services if s.role == "agg"]
+    assert len(workers) == 3
+    for s in workers:
+        assert LOCAL in s.argv
+        assert s.env.get("HF_HUB_OFFLINE") == "1" and s.env.get("TRANSFORMERS_OFFLINE") == "1"
+        assert TOKEN not in " ".join(s.argv) + repr(s.env)
+
+
+def test_shared_mount_one_writer_under_the_lock(clean, tmp_path):
+    """shared: every host runs the download against one mount; the lock lets one write, the
+    others wait and find its marker. The hub serves one copy in total."""
+    env = clean
+    model_dir = f"{SHARED_MNT}/models"
+    wipe(env["lab"], ["lab-1"], model_dir=model_dir)
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="shared", model_dir=model_dir)
+    env["hub"].set_faults([{"kind": "slow", "bytes_per_s": 8 * 1024 * 1024, "path": "*.safetensors"}])
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    by_client = env["hub"].stats()["bytes_by_client"]
+    assert sum(by_client.values()) == env["total"] and len(by_client) == 1, by_client
+    assert [h["source"] for h in out["hosts"]].count("hub") == 1
+    local = f"{model_dir}/{CK_REPO}/{CK_COMMIT}"
+    for host in HOSTS:
+        assert digests(env["lab"], host, local) == want_digests(env)
+    lock = ssh(env["lab"], "lab-2", f"ls {model_dir}/.glmops-locks/").stdout
+    assert f"{CK_REPO.replace('/', '--')}@{CK_COMMIT}.lock" in lock
+    wipe(env["lab"], ["lab-1"], model_dir=model_dir)

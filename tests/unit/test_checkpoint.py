@@ -1,0 +1,347 @@
+"""glmops.checkpoint against the hub double with the REAL huggingface-hub client (in process:
+every call passes ``endpoint=``, so HF_ENDPOINT is not needed)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from glmops import checkpoint as ck
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "doubles"))
+from hub_double import HubDouble  # noqa: E402
+
+REPO = "glmops-test/ckpt"
+COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+MiB = 1024 * 1024
+
+
+def repo_files(big: int = 300_000) -> dict[str, bytes]:
+    """A checkpoint-like repo: configs (git files), two LFS shards, a nested file."""
+    rnd = __import__("random").Random(7)
+    return {
+        "config.json": json.dumps({"model_type": "llama", "head_dim": 64}).encode(),
+        "tokenizer.json": b'{"version": "1.0"}' * 50,
+        "model-00001-of-00002.safetensors": rnd.randbytes(big),
+        "model-00002-of-00002.safetensors": rnd.randbytes(big // 2),
+        "original/notes.txt": b"not for serving\n",
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_hub_env(monkeypatch, tmp_path):
+    for key in list(os.environ):
+        if key.startswith("HF_"):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "5")
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "5")
+
+
+@pytest.fixture
+def files():
+    return repo_files()
+
+
+@pytest.fixture
+def hub(files):
+    with HubDouble() as h:
+        h.add_files(REPO, files, commit=COMMIT)
+        yield h
+
+
+def resolve_gets(hub) -> list[dict]:
+    return [r for r in hub.stats()["requests"] if r["method"] == "GET" and "/resolve/" in r["path"]]
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file() and ".cache" not in p.relative_to(path).parts}
+
+
+def test_download_pins_verifies_and_reruns_without_hub_bytes(hub, files, tmp_path):
+    state = tmp_path / "state"
+    progress = tmp_path / "progress.json"
+    res = ck.download(REPO, COMMIT, model_dir=str(tmp_path / "models"), endpoint=hub.url,
+                      state_dir=str(state), progress_file=str(progress), margin_bytes=0)
+    local = tmp_path / "models" / REPO / COMMIT
+    assert res["local_dir"] == str(local) and res["commit"] == COMMIT
+    assert res["changed"] and res["verified"]
+    assert sorted(res["fetched"]) == sorted(files) and res["skipped"] == []
+    assert tree(local) == files
+    assert hub.stats()["bytes_by_client"]["127.0.0.1"] == sum(map(len, files.values()))
+    marker = json.loads(Path(ck.marker_path(str(state), REPO, COMMIT)).read_text())
+    shard = next(f for f in marker["manifest"]["files"] if f["path"] == "model-00001-of-00002.safetensors")
+    assert shard["sha256"] == hashlib.sha256(files[shard["path"]]).hexdigest()
+    assert json.loads(progress.read_text())["state"] == "done"
+    assert json.loads(progress.read_text())["bytes_done"] == sum(map(len, files.values()))
+
+    hub.reset()
+    again = ck.download(REPO, COMMIT, model_dir=str(tmp_path / "models"), endpoint=hub.url,
+                        state_dir=str(state), margin_bytes=0)
+    assert not again["changed"] and again["verified"]
+    assert hub.stats()["bytes_by_client"] == {}  # nothing fetched again
+    assert ck.status(str(local), REPO, COMMIT, str(state))["verified"]
+    assert ck.status(str(local), REPO, None, str(state))["verified"]  # unpinned: any marker
+
+
+def test_marker_goes_stale_when_a_file_changes(hub, tmp_path):
+    state, local = tmp_path / "state", tmp_path / "m"
+    ck.download(REPO, COMMIT, str(local), endpoint=hub.url, state_dir=str(state), margin_bytes=0)
+    (local / "config.json").write_text('{"tampered": true}')
+    assert not ck.status(str(local), REPO, COMMIT, str(state))["verified"]
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.verify(str(local), ck.Manifest.from_dict(json.loads(
+            Path(ck.marker_path(str(state), REPO, COMMIT)).read_text())["manifest"]))
+    assert err.value.code == "VERIFY" and err.value.files == ["config.json"]
+
+
+def test_allow_patterns_limit_the_files(hub, tmp_path):
+    res = ck.download(REPO, COMMIT, str(tmp_path / "m"), endpoint=hub.url,
+                      allow_patterns=["*.json", "*.safetensors"], margin_bytes=0)
+    assert "original/notes.txt" not in res["fetched"]
+    assert sorted(tree(tmp_path / "m")) == sorted(["config.json", "tokenizer.json",
+                                                   "model-00001-of-00002.safetensors",
+                                                   "model-00002-of-00002.safetensors"])
+    assert all("notes.txt" not in r["path"] for r in resolve_gets(hub))
+
+
+def test_branch_refused_offline_and_resolved_online(hub, tmp_path):
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.download(REPO, "main", str(tmp_path / "m"), endpoint=hub.url)
+    assert err.value.code == "INPUT" and "40-hex commit" in err.value.message and "F12" in err.value.message
+    assert hub.stats()["requests"] == []  # refused before contacting the hub
+    res = ck.download(REPO, "main", str(tmp_path / "m"), endpoint=hub.url, offline=False, margin_bytes=0)
+    assert res["commit"] == COMMIT
+
+
+def test_unknown_revision_names_it(hub, tmp_path):
+    other = "0" * 40
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.download(REPO, other, str(tmp_path / "m"), endpoint=hub.url)
+    assert err.value.code == "REVISION" and other in err.value.message
+
+
+@pytest.mark.parametrize("fault,needle", [
+    ({"kind": "tree_wrong_size", "delta": 3}, "size"),
+    ({"kind": "tree_wrong_sha256"}, "sha256"),
+])
+def test_wrong_hub_metadata_fails_naming_the_file(hub, tmp_path, fault, needle):
+    bad = "model-00002-of-00002.safetensors"
+    hub.set_faults([dict(fault, path=bad)])
+    state = tmp_path / "state"
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.download(REPO, COMMIT, str(tmp_path / "m"), endpoint=hub.url, state_dir=str(state), margin_bytes=0)
+    assert err.value.files == [bad]
+    assert bad in err.value.message and needle in err.value.message
+    assert not Path(ck.marker_path(str(state), REPO, COMMIT)).exists()
+
+
+def test_wrong_content_length_fails_naming_the_file(hub, tmp_path):
+    bad = "model-00001-of-00002.safetensors"
+    hub.set_faults([{"kind": "wrong_content_length", "path": bad}])
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.download(REPO, COMMIT, str(tmp_path / "m"), endpoint=hub.url, margin_bytes=0)
+    assert bad in err.value.files and bad in err.value.message
+
+
+def test_too_little_disk_fails_before_any_blob(hub, tmp_path):
+    """F10: an inflated tree listing (1 PiB more) against the real free space."""
+    hub.set_faults([{"kind": "tree_wrong_size", "delta": 2 ** 50, "path": "model-00001-of-00002.safetensors"}])
+    local = tmp_path / "m"
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.download(REPO, COMMIT, str(local), endpoint=hub.url)
+    e = err.value
+    assert e.code == "F10_DISK"
+    assert e.details["needed"] > e.details["available"] > 0
+    assert "needed" in e.message and "available" in e.message and str(e.details["needed"]) in e.message
+    assert resolve_gets(hub) == [] and hub.stats()["bytes_by_client"] == {}
+    assert not local.exists()
+
+
+def test_space_check_counts_complete_files_and_margin(hub, files, tmp_path):
+    man = ck.resolve(REPO, COMMIT, endpoint=hub.url)
+    local = tmp_path / "m"
+    (local).mkdir()
+    (local / "config.json").write_bytes(files["config.json"])
+    sc = ck.space_check(str(local), man, margin_ratio=0.5, margin_bytes=10)
+    assert sc.total == sum(map(len, files.values()))
+    assert sc.present == len(files["config.json"])
+    assert sc.margin == int(sc.total * 0.5)
+    assert sc.needed == sc.total - sc.present + sc.margin
+    assert sc.available == os.statvfs(local).f_bavail * os.statvfs(local).f_frsize
+
+
+def test_dropped_connection_then_rerun_fetches_only_the_unfinished_file(hub, files, tmp_path):
+    bad = "model-00001-of-00002.safetensors"
+    hub.set_faults([{"kind": "drop", "path": bad, "after_bytes": 1000, "times": -1}])
+    local = tmp_path / "m"
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.download(REPO, COMMIT, str(local), endpoint=hub.url, margin_bytes=0)
+    assert err.value.code == "HUB" and err.value.files == [bad] and bad in err.value.message
+    assert (local / "config.json").read_bytes() == files["config.json"]
+    hub.reset()
+    res = ck.download(REPO, COMMIT, str(local), endpoint=hub.url, margin_bytes=0)
+    assert res["fetched"] == [bad]
+    assert [r["path"].rsplit("/", 1)[1] for r in resolve_gets(hub)] == [bad]
+    assert tree(local) == files
+
+
+def test_killed_download_refetches_only_the_unfinished_file(tmp_path):
+    """A download killed mid-file (node crash): the rerun requests only the file that was in
+    flight, and the dead partial of the killed process is removed."""
+    big = os.urandom(16 * MiB)
+    small = os.urandom(2 * MiB)
+    with HubDouble() as h:
+        h.add_files(REPO, {"config.json": b"{}", "a.safetensors": small, "big.safetensors": big}, commit=COMMIT)
+        h.set_faults([{"kind": "slow", "bytes_per_s": 4 * MiB, "path": "big.safetensors"}])
+        local = tmp_path / "m"
+        code = ("from glmops import checkpoint as ck; "
+                f"ck.download({REPO!r}, {COMMIT!r}, {str(local)!r}, endpoint={h.url!r}, margin_bytes=0)")
+        proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ))
+        man = ck.Manifest(REPO, COMMIT, [ck.HubFile("big.safetensors", len(big), "")])
+        deadline = time.monotonic() + 30
+        while ck.bytes_on_disk(str(local), man) < 4 * MiB and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert (local / "a.safetensors").read_bytes() == small
+        assert not (local / "big.safetensors").exists()
+        partial = ck.bytes_on_disk(str(local), man)
+        assert partial >= 4 * MiB
+        deadline = time.monotonic() + 10  # the double logs the killed transfer when its write fails
+        while not any(r["method"] == "GET" and r["path"].endswith("big.safetensors")
+                      for r in h.stats()["requests"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        h.reset()
+        res = ck.download(REPO, COMMIT, str(local), endpoint=h.url, margin_bytes=0)
+        assert res["fetched"] == ["big.safetensors"]
+        assert sorted(res["skipped"]) == ["a.safetensors", "config.json"]
+        assert res["stale_partial_bytes"] == partial
+        assert [r["path"].rsplit("/", 1)[1] for r in resolve_gets(h)] == ["big.safetensors"]
+        assert (local / "big.safetensors").read_bytes() == big
+        assert not list(local.rglob("*.incomplete"))
+
+
+def test_connection_dropped_mid_file_resumes_with_range_within_the_run(tmp_path):
+    chunk = 10 * MiB
+    big = os.urandom(chunk + 2 * MiB)
+    with HubDouble() as h:
+        h.add_files(REPO, {"big.safetensors": big}, commit=COMMIT)
+        h.set_faults([{"kind": "drop", "path": "big.safetensors", "after_bytes": chunk + 500_000}])
+        res = ck.download(REPO, COMMIT, str(tmp_path / "m"), endpoint=h.url, margin_bytes=0)
+        assert res["verified"]
+        gets = resolve_gets(h)
+        assert [(g["status"], g["range"]) for g in gets] == [(200, None), (206, f"bytes={chunk}-")]
+        assert h.stats()["bytes_by_client"]["127.0.0.1"] == len(big) + 500_000
+
+
+def test_token_from_a_0600_file_and_never_in_errors(files, tmp_path):
+    token = "hf_SECRETtoken0123456789"
+    with HubDouble(required_token=token) as h:
+        h.add_files(REPO, files, commit=COMMIT)
+        tf = tmp_path / "token"
+        tf.write_text(token + "\n")
+        tf.chmod(0o644)
+        with pytest.raises(ck.CheckpointError) as err:
+            ck.read_token(str(tf))
+        assert "0644" in err.value.message and token not in err.value.message
+        tf.chmod(0o600)
+        assert ck.read_token(str(tf)) == token
+        with pytest.raises(ck.CheckpointError) as err:  # no token: private repo
+            ck.download(REPO, COMMIT, str(tmp_path / "a"), endpoint=h.url, margin_bytes=0)
+        assert err.value.code == "HUB"
+        with pytest.raises(ck.CheckpointError) as err:
+            ck.download(REPO, COMMIT, str(tmp_path / "b"), endpoint=h.url, token=token + "x", margin_bytes=0)
+        assert token not in str(err.value.to_dict())
+        res = ck.download(REPO, COMMIT, str(tmp_path / "c"), endpoint=h.url, token=ck.read_token(str(tf)),
+                          margin_bytes=0)
+        assert res["verified"] and token not in json.dumps(res)
+        assert all(a.get("valid") for a in h.stats()["auth"][-3:])
+
+
+def test_two_writers_never_race(files, tmp_path):
+    """Shared mode: two writers of the same checkpoint; one waits on the lock, the hub serves one copy."""
+    with HubDouble() as h:
+        h.add_files(REPO, files, commit=COMMIT)
+        h.set_faults([{"kind": "slow", "bytes_per_s": 400_000, "path": "*.safetensors"}])
+        results, errors = [], []
+
+        def writer():
+            try:
+                results.append(ck.download(REPO, COMMIT, model_dir=str(tmp_path / "shared"), endpoint=h.url,
+                                           state_dir=str(tmp_path / "state"), margin_bytes=0))
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer) for _ in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.2)
+        for t in threads:
+            t.join(60)
+        assert not errors
+        assert sorted(r["changed"] for r in results) == [False, True]
+        waiter = next(r for r in results if not r["changed"])
+        assert waiter["lock_waited_s"] > 0.3 or waiter["verified"]
+        assert h.stats()["bytes_by_client"]["127.0.0.1"] == sum(map(len, files.values()))
+        lock = Path(ck.lock_path(str(tmp_path / "shared"), REPO, COMMIT))
+        assert lock.exists()
+
+
+def test_writer_lock_times_out(tmp_path):
+    path = str(tmp_path / "l" / "x.lock")
+    with ck.writer_lock(path):
+        with pytest.raises(ck.CheckpointError) as err:
+            with ck.writer_lock(path, timeout_s=0.3, poll_s=0.1):
+                pass
+    assert err.value.code == "LOCK"
+    with ck.writer_lock(path, timeout_s=0.3):  # released
+        pass
+
+
+def test_verify_copy_names_a_corrupted_file(hub, files, tmp_path):
+    src = tmp_path / "src"
+    res = ck.download(REPO, COMMIT, str(src), endpoint=hub.url, margin_bytes=0)
+    dst = tmp_path / "dst"
+    subprocess.run(["cp", "-a", f"{src}/.", str(dst)], check=True)
+    bad = "model-00002-of-00002.safetensors"
+    data = bytearray((dst / bad).read_bytes())
+    data[100] ^= 0xFF
+    (dst / bad).write_bytes(bytes(data))
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.verify_copy(str(dst), res["manifest"], str(tmp_path / "state"))
+    assert err.value.files == [bad] and "sha256" in err.value.message
+    (dst / bad).write_bytes(files[bad])
+    out = ck.verify_copy(str(dst), res["manifest"], str(tmp_path / "state"))
+    assert out["changed"] and out["verified"]
+    assert not ck.verify_copy(str(dst), res["manifest"], str(tmp_path / "state"))["changed"]
+
+
+def test_fix_ownership_modes(tmp_path):
+    top = tmp_path / "m"
+    (top / "sub").mkdir(parents=True)
+    (top / "sub" / "f").write_text("x")
+    os.chmod(top / "sub" / "f", 0o600)
+    assert ck.fix_ownership([str(top)], None, None)
+    assert stat.S_IMODE(os.stat(top / "sub").st_mode) == 0o2775
+    assert stat.S_IMODE(os.stat(top / "sub" / "f").st_mode) == 0o664
+    if not __import__("shutil").which("setfacl"):
+        assert not ck.fix_ownership([str(top)], None, None)  # second run: nothing to change
+
+
+def test_check_inputs_lists_every_problem():
+    problems = ck.check_inputs("not a repo", "main", "relative/dir")
+    assert len(problems) == 3
+    assert ck.check_inputs("org/name", None, "/models/x") == []
+    assert ck.check_inputs("org/name", "v1.0", "/m", offline=False) == []

@@ -1,0 +1,179 @@
+"""Fast tests of the lab's pure parts: names, addresses, apt source parsing, preflight errors,
+inventory shape. No root, no nspawn."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from glmops.lab import core, image, profiles, spec
+from glmops.lab.cli import lab as lab_cli
+
+
+def test_bridge_name_fits_ifnamsiz_and_long_names_do_not_collide():
+    assert spec.bridge_name("glmops") == "glmlab-glmops"
+    a, b = spec.bridge_name("mol-systemd-unit"), spec.bridge_name("mol-systemd-other")
+    assert len(a) <= 15 and len(b) <= 15
+    assert a != b
+    assert a.startswith("glmlab-")
+
+
+def test_host_addresses_follow_the_convention():
+    gw, addrs = spec.host_addresses("10.77.0.0/24", 3)
+    assert gw == "10.77.0.1"
+    assert addrs == ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
+    assert [spec.host_name(i) for i in (1, 2, 3)] == ["lab-1", "lab-2", "lab-3"]
+
+
+@pytest.mark.parametrize("subnet", ["10.77.0.5/24", "nonsense", "10.77.0.0/29"])
+def test_host_addresses_reject_bad_subnets(subnet):
+    with pytest.raises(ValueError):
+        spec.host_addresses(subnet, 3)
+
+
+def test_bind_parse():
+    assert spec.Bind.parse("/a:/b") == spec.Bind("/a", "/b", True)
+    assert spec.Bind.parse("/a:/b:rw") == spec.Bind("/a", "/b", False)
+    assert spec.Bind.parse("/a:/b:rw").nspawn_arg() == "--bind=/a:/b"
+    assert spec.Bind.parse("/a:/b").nspawn_arg() == "--bind-ro=/a:/b"
+    for bad in ("/a", "a:/b", "/a:/b:x", "/a:/b:ro:x"):
+        with pytest.raises(ValueError, match="--bind"):
+            spec.Bind.parse(bad)
+
+
+def test_default_binds_only_existing(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLMOPS_CACHE_DIR", str(tmp_path))
+    assert spec.default_binds() == []
+    (tmp_path / "wheelhouse").mkdir()
+    assert spec.default_binds() == [spec.Bind(str(tmp_path / "wheelhouse"), "/opt/glmops/wheelhouse")]
+
+
+def test_check_name():
+    assert spec.check_name("glmops") == []
+    assert spec.check_name("mol-systemd-unit") == []
+    for bad in ("", "Bad", "-x", "a_b", "x" * 40):
+        assert spec.check_name(bad), bad
+
+
+def test_apt_mirror_from_deb822(tmp_path, monkeypatch):
+    monkeypatch.delenv("GLMOPS_LAB_MIRROR", raising=False)
+    d = tmp_path / "sources.list.d"
+    d.mkdir()
+    (d / "debian.sources").write_text(
+        "Types: deb\n# a comment: with colon\nURIs: http://mirror.invalid/debian-security\n"
+        "Suites: bookworm-security\nComponents: main\n\n"
+        "Types: deb-src deb\nURIs: http://mirror.invalid/debian http://other.invalid/debian\n"
+        "Suites: bookworm bookworm-updates\nComponents: main\n")
+    assert image.apt_mirror("bookworm", etc=tmp_path) == "http://mirror.invalid/debian"
+
+
+def test_apt_mirror_from_one_line_list(tmp_path, monkeypatch):
+    monkeypatch.delenv("GLMOPS_LAB_MIRROR", raising=False)
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text(
+        "# deb http://no.invalid/debian bookworm main\n"
+        "deb [signed-by=/x.gpg] http://mirror.invalid/debian bookworm main\n")
+    assert image.apt_mirror("bookworm", etc=tmp_path) == "http://mirror.invalid/debian"
+    with pytest.raises(image.ImageError, match="no apt source for suite 'trixie'"):
+        image.apt_mirror("trixie", etc=tmp_path)
+
+
+def test_image_key_depends_on_package_list():
+    assert image.image_key("bookworm", ("a", "b")) == image.image_key("bookworm", ("b", "a"))
+    assert image.image_key("bookworm", ("a",)) != image.image_key("bookworm", ("a", "b"))
+    assert image.image_key("bookworm", ("a",)) != image.image_key("trixie", ("a",))
+
+
+def test_root_problem_names_sudo():
+    assert core.root_problem(euid=0) == []
+    (msg,) = core.root_problem(euid=1000)
+    assert "needs root" in msg and "sudo" in msg
+
+
+def test_missing_tools_name_their_package(monkeypatch):
+    monkeypatch.setattr(core.shutil, "which", lambda t: None if t in ("systemd-nspawn", "debootstrap") else "/bin/x")
+    problems = core.tool_problems(need_debootstrap=True)
+    assert any("systemd-nspawn" in p and "apt-get install -y systemd-container" in p for p in problems)
+    assert any("debootstrap" in p and "apt-get install -y debootstrap" in p for p in problems)
+    assert not any("debootstrap" in p for p in core.tool_problems(need_debootstrap=False))
+
+
+def test_preflight_reports_every_problem_at_once(monkeypatch, tmp_path):
+    monkeypatch.setattr(core, "STATE_ROOT", tmp_path)
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    _, problems = core.preflight("Bad_Name", 0, "a100-sim", "10.77.0.0/24", [spec.Bind("/nonexistent", "/x")],
+                                 euid=1000)
+    text = "\n".join(problems)
+    assert "needs root" in text
+    assert "--name 'Bad_Name'" in text
+    assert "--profile 'a100-sim'" in text and "cpu, b200-sim, h200-sim" in text
+    assert "--hosts 0" in text
+    assert "/nonexistent is not a directory" in text
+
+
+def test_cli_not_root_exits_2_and_makes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(core, "STATE_ROOT", tmp_path / "state")
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path / "state")
+    res = CliRunner().invoke(lab_cli, ["up", "--hosts", "2", "--name", "t1", "--no-default-binds"])
+    assert res.exit_code == 2
+    assert "needs root" in res.output
+    assert not (tmp_path / "state").exists()
+    res = CliRunner().invoke(lab_cli, ["down", "--name", "t1"])
+    assert res.exit_code == 2 and "needs root" in res.output
+
+
+def test_cli_rejects_bad_bind_before_anything():
+    res = CliRunner().invoke(lab_cli, ["up", "--bind", "relative:/x"])
+    assert res.exit_code == 2
+    assert "--bind 'relative:/x'" in res.output
+
+
+def test_inventory_shape_for_sim_profile(tmp_path, monkeypatch):
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    gw, addrs = spec.host_addresses("10.77.3.0/24", 2)
+    st = spec.LabState(name="inv", profile="b200-sim", subnet="10.77.3.0/24", gateway=gw,
+                       bridge=spec.bridge_name("inv"), nft_table=spec.nft_table("inv"), image="x",
+                       hosts=[spec.HostState(spec.host_name(i), i, addrs[i - 1], f"inv-lab-{i}", str(tmp_path))
+                              for i in (1, 2)])
+    (tmp_path / "inv").mkdir()
+    inv = yaml.safe_load(core.write_inventory(st).read_text())
+    hosts = inv["all"]["children"]["lab"]["hosts"]
+    assert list(hosts) == ["lab-1", "lab-2"]
+    h = hosts["lab-2"]
+    assert h["ansible_host"] == "10.77.3.12"
+    assert h["ansible_user"] == "root"
+    assert h["ansible_ssh_private_key_file"] == str(tmp_path / "inv" / "id_ed25519")
+    assert h["ansible_python_interpreter"] == "/usr/bin/python3"
+    assert h["glmops_hardware"] == "b200" and h["glmops_gpus"] == list(range(8))
+    st.profile = "cpu"
+    inv = yaml.safe_load(core.write_inventory(st).read_text())
+    assert "glmops_hardware" not in inv["all"]["children"]["lab"]["hosts"]["lab-1"]
+
+
+def test_lab_state_roundtrip(tmp_path, monkeypatch):
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    (tmp_path / "rt").mkdir()
+    st = spec.LabState(name="rt", profile="cpu", subnet="10.77.0.0/24", gateway="10.77.0.1", bridge="b",
+                       nft_table="t", image="i", hosts=[spec.HostState("lab-1", 1, "10.77.0.11", "rt-lab-1", "/d")],
+                       binds=[spec.Bind("/a", "/b")])
+    st.save()
+    assert spec.LabState.load("rt") == st
+
+
+def test_sim_profiles_match_the_double():
+    assert set(profiles.PROFILES) == set(spec.PROFILES)
+    double = profiles.nvsmi_double_path()
+    if not double.is_file():
+        pytest.skip(f"nvidia-smi double not present at {double}")
+    import importlib.util
+
+    mod_spec = importlib.util.spec_from_file_location("nvsmi", double)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    for p in profiles.PROFILES.values():
+        if p.gpus:
+            assert p.double_profile in mod.PROFILES
+            assert mod.PROFILES[p.double_profile]["count"] == p.gpus
