@@ -34,6 +34,9 @@ APT_PACKAGES: dict[str, str] = {
     "openssh-client": "ssh",
     "git": "git",
     "curl": "curl",
+    # the stand-in NVIDIA/Docker apt repos of the provisioning tests (tests/doubles/aptrepo)
+    "dpkg-dev": "dpkg-scanpackages",
+    "gpg": "gpg",
 }
 
 

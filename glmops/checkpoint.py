@@ -590,7 +590,7 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
     ``<model_dir>/<repo>/<commit>``), verified. See the module docstring for the steps.
 
     Returns ``{changed, commit, local_dir, manifest, fetched (paths requested from the hub),
-    skipped (already complete), space (SpaceCheck dict), verified, seconds, xet, lock_waited_s}``.
+    complete_before (already complete, not requested), space (SpaceCheck dict), verified, seconds, xet, lock_waited_s}``.
     ``dry_run``: steps 1-2 only (check mode), nothing written. Raises :class:`CheckpointError`.
     The token is only handed to huggingface-hub; it never appears in the result or errors.
     """
@@ -605,16 +605,16 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
     model_dir = model_dir or os.path.dirname(os.path.dirname(os.path.dirname(local_dir.rstrip("/"))))
     mpath = marker_path(state_dir, repo, manifest.commit) if state_dir else None
     result: dict[str, Any] = {"changed": False, "commit": manifest.commit, "local_dir": local_dir,
-                              "manifest": manifest.to_dict(), "fetched": [], "skipped": [],
+                              "manifest": manifest.to_dict(), "fetched": [], "complete_before": [],
                               "xet": xet_available(), "lock_waited_s": 0.0, "verified": False}
     if mpath and marker_valid(read_marker(mpath), local_dir, manifest):
-        result.update(verified=True, skipped=[f.path for f in manifest.files], seconds=time.monotonic() - t0)
+        result.update(verified=True, complete_before=[f.path for f in manifest.files], seconds=time.monotonic() - t0)
         return result
     space = space_check(local_dir, manifest, margin_ratio, margin_bytes)
     result["space"] = asdict(space)
     if not space.ok:
         raise CheckpointError("F10_DISK", space.message(), details={"needed": space.needed, "available": space.available,
-                                                                    "path": space.path})
+                                                                    "filesystem": space.path})
     if dry_run:
         result.update(changed=True, fetched=[f.path for f in manifest.files
                                              if f.path not in complete_files(local_dir, manifest)])
@@ -625,7 +625,7 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
         result["lock_waited_s"] = round(waited or 0.0, 3)
         # another writer may have finished while we waited (shared mount)
         if mpath and marker_valid(read_marker(mpath), local_dir, manifest):
-            result.update(verified=True, skipped=[f.path for f in manifest.files], seconds=time.monotonic() - t0)
+            result.update(verified=True, complete_before=[f.path for f in manifest.files], seconds=time.monotonic() - t0)
             return result
         before = set(_client_complete(local_dir, manifest))
         os.makedirs(local_dir, exist_ok=True)
@@ -644,7 +644,7 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
                 raise
             progress.write("done")
         result["fetched"] = [f.path for f in manifest.files if f.path not in before]
-        result["skipped"] = sorted(before)
+        result["complete_before"] = sorted(before)
         if owner or group:
             fix_ownership([local_dir], owner, group)
             records = verify(local_dir, manifest, hashes=False)  # refresh mtimes (chmod keeps them)

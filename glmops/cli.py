@@ -25,6 +25,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "restart": ("glmops.commands.deploy:restart", "Restart services, gated on readiness (--rolling)."),
     "stop": ("glmops.commands.deploy:stop", "Stop the router, then the workers."),
     "destroy": ("glmops.commands.deploy:destroy", "Remove units and env files (--yes; checkpoints stay)."),
+    "smoke": ("glmops.commands.smoke:smoke", "Check the endpoint: completion, reasoning, tool call, JSON, stream, image."),
+    "bench": ("glmops.commands.bench:bench", "Sweep concurrency with aiperf; table, Pareto PNG, compare runs."),
 }
 
 

@@ -49,15 +49,15 @@ def driver_min(catalog=None, engines: list[str] | None = None) -> int:
     """Lowest NVIDIA driver branch the given engines (default: every engine) need.
 
     Source: catalog ``engines.<e>.driver_min`` (seed 000: "CUDA Driver 575 or later").
-    Returns 0 when no engine names one.
+    When none of ``engines`` names a minimum, the highest one any engine names applies
+    (the node's driver serves every engine). Returns 0 when no engine names one.
     """
     from glmops import catalog as cat
 
     catalog = catalog or cat.load()
-    names = engines or list(catalog.data["engines"])
-    values = [int(catalog.data["engines"][e].get("driver_min") or 0)
-              for e in names if e in catalog.data["engines"]]
-    return max(values, default=0)
+    every = {name: int(entry.get("driver_min") or 0) for name, entry in catalog.engines.items()}
+    chosen = [every[e] for e in (engines or []) if every.get(e)]
+    return max(chosen or every.values(), default=0)
 
 
 def needs_from_catalog(hardware: str | None, gpus: list[int] | None = None,

@@ -176,7 +176,30 @@ def check(dep: Deployment) -> list[Problem]:
     _check_checkpoint(dep, variant, out)
     _check_disagg(dep, backend, out)
     _check_side_channels(dep, out)
+    _check_router_policy(dep, cat, out)
     return _dedupe(out)
+
+
+# front-door kind (glmops.plan.router_kind) -> catalog engine entry listing its --policy choices
+_ROUTER_CATALOG_KEY = {"vllm-router": "vllm_router", "sglang-router": "sglang_router"}
+
+
+def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
+    """The router's policy must be one its CLI accepts (catalog ``policies``, taken from the
+    routers' option lists): sglang-router 0.3.2 has no ``kv_aware``, vllm-router 0.1.17 has."""
+    from glmops.plan import router_kind
+
+    kind, policy = router_kind(dep)
+    key = _ROUTER_CATALOG_KEY.get(kind)
+    if not key:
+        return
+    accepted = cat.engine(key).get("policies") or []
+    if accepted and policy not in accepted:
+        out.append(Problem(
+            "ROUTER_POLICY", dep.source("router.policy"),
+            f"router policy {policy!r} is not accepted by {kind}; accepted: {', '.join(accepted)}",
+            "set glmops_topologies.<topology>.router.policy to one of those, "
+            "or use engine dynamo for KV-aware routing"))
 
 
 def _dedupe(problems: Iterable[Problem]) -> list[Problem]:

@@ -33,6 +33,7 @@ ANSIBLE_CFG = REPO / "ansible.cfg"
 # task names whose script output carries per-service JSON (roles/engine_service)
 READY_TASK = "Wait for readiness"
 STATUS_TASK = "Read service status"
+OUTPUT_TASKS = ("Journal lines",)  # their stdout is shown by the CLI (glmops logs)
 
 
 @dataclass
@@ -191,7 +192,7 @@ def _collect(result: RunResult, event: dict) -> None:
             result.services = [s for s in result.services
                                if not (s["host"] == host and s["unit"] == row["unit"])]
             result.services.append(row)
-    if task.startswith("glmops output") and kind == "runner_on_ok":
+    if task in OUTPUT_TASKS and kind == "runner_on_ok":
         result.outputs.append({"host": host, "task": task, "res": res})
 
 
@@ -306,4 +307,5 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
 def _host_state(stats: HostStats) -> str:
     if stats.state == "ok":
         return "ok" if stats.ok else "not reached"
-    return f"{stats.state}: {(stats.messages[-1] if stats.messages else '')[:200]}"
+    first = (stats.messages[-1] if stats.messages else "").strip().splitlines()
+    return f"{stats.state}: {first[0][:100] if first else ''}"

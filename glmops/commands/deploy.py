@@ -64,7 +64,8 @@ def _finish(result: runner.RunResult, plan: dict, console: Console) -> None:
 @LIMIT
 @click.option("--skip-provision", is_flag=True,
               help="Accepted; deploy does not provision hosts yet (drivers, container runtime).")
-def deploy(inventory, topology, check, diff, limit, skip_provision):
+@click.option("--skip-smoke", is_flag=True, help="Do not run `glmops smoke` after a successful deploy.")
+def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke):
     """Install runtimes, place the Plan's services under systemd, start them in order
     (workers gated on /health 200 and a one-token request, then the router) and check
     the endpoint."""
@@ -75,6 +76,11 @@ def deploy(inventory, topology, check, diff, limit, skip_provision):
                       "hosts must already be provisioned (--skip-provision silences this).")
     result = runner.run("deploy", "deploy.yml", inventory, _extravars(topology),
                         check=check, diff=diff, limit=limit, console=console)
+    if result.ok and not check and not skip_smoke:  # glmops.smoke: every check, exit 1 on a failed one
+        from glmops.smoke import smoke_after_deploy
+
+        runner.print_summary(result, console, plan)
+        sys.exit(0 if smoke_after_deploy(inventory, topology, console) else 1)
     _finish(result, plan, console)
 
 

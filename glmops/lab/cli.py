@@ -121,3 +121,12 @@ def down(name: str) -> None:
         sys.exit(exc.exit_code)
     if not found:
         err.print(f"no lab named {name!r}: nothing to do")
+
+
+# `glmops lab wheelhouse build|status` and `glmops lab model build` (glmops/lab/wheelhouse.py,
+# glmops/lab/tinymodel.py; stdlib + click only, cheap to import).
+from glmops.lab.tinymodel import tinymodel_cli  # noqa: E402
+from glmops.lab.wheelhouse import wheelhouse_cli  # noqa: E402
+
+lab.add_command(wheelhouse_cli, "wheelhouse")
+lab.add_command(tinymodel_cli, "model")

@@ -23,8 +23,8 @@ from typing import Callable
 import yaml
 
 from glmops.lab import hosts as H
-from glmops.lab import image, netsetup, profiles
-from glmops.lab.spec import (AUTO_SUBNET_POOL, DEFAULT_NAME, DEFAULT_SUBNET, MAX_HOSTS, STATE_ROOT,
+from glmops.lab import image, netsetup, profiles, spec
+from glmops.lab.spec import (AUTO_SUBNET_POOL, DEFAULT_NAME, DEFAULT_SUBNET, MAX_HOSTS,
                              Bind, HostState, LabState, bridge_name, check_name, default_binds,
                              host_addresses, host_name, nft_table, state_dir)
 
@@ -133,7 +133,8 @@ def preflight(name: str, hosts: int, profile: str, subnet: str, binds: list[Bind
         try:
             host_addresses(subnet, max(hosts, 1))
         except ValueError as exc:
-            problems.append(str(exc).replace("does not appear to be", "is not"))
+            msg = str(exc) if str(exc).startswith("--subnet") else f"--subnet {subnet!r}: {exc}"
+            problems.append(f"{msg}; expected an IPv4 /24 such as {DEFAULT_SUBNET}, or 'auto'")
         else:
             conflicts = netsetup.subnet_conflicts(subnet)
             if conflicts:
@@ -147,8 +148,8 @@ def preflight(name: str, hosts: int, profile: str, subnet: str, binds: list[Bind
 def list_labs() -> list[LabState]:
     """Every lab with a readable ``lab.json`` under the state root."""
     labs = []
-    if STATE_ROOT.is_dir():
-        for d in sorted(STATE_ROOT.iterdir()):
+    if spec.STATE_ROOT.is_dir():
+        for d in sorted(spec.STATE_ROOT.iterdir()):
             if (d / "lab.json").is_file():
                 try:
                     labs.append(LabState.load(d.name))
@@ -277,7 +278,7 @@ def _start(lab: LabState, log: Log) -> None:
     out = open(lab.dir / "supervisor.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "glmops.lab.supervisor", lab.name],
                             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-                            env={**os.environ, "GLMOPS_LAB_ROOT": str(STATE_ROOT)})
+                            env={**os.environ, "GLMOPS_LAB_ROOT": str(spec.STATE_ROOT)})
     out.close()
     lab.supervisor_pid = proc.pid
     lab.save()
@@ -402,7 +403,7 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
     if not errors and d.exists():
         shutil.rmtree(d)
     try:
-        STATE_ROOT.rmdir()
+        spec.STATE_ROOT.rmdir()
     except OSError:
         pass
     if errors:

@@ -129,7 +129,22 @@ def ensure_image(log: Callable[[str], None] = print, rebuild: bool = False) -> P
                             "-I", "zstd -T0 -6", "-C", str(root), "-cf", str(part), "."], check=True)
             part.replace(target)
         log(f"base image ready: {target} ({target.stat().st_size // 2**20} MiB)")
+        _prune_stale(target)
         return target
+
+
+def _prune_stale(current: Path) -> None:
+    """Remove older images of the suite and their unpacked trees, except trees a mounted overlay
+    still uses as its lower layer."""
+    mounts = Path("/proc/self/mountinfo").read_text()
+    for old in current.parent.glob(f"{SUITE}-*"):
+        if old.name.startswith(current.name.removesuffix(".tar.zst")):
+            continue
+        if old.is_dir():
+            if f"lowerdir={old}" not in mounts:
+                shutil.rmtree(old, ignore_errors=True)
+        elif old.name.endswith(".tar.zst"):
+            old.unlink(missing_ok=True)
 
 
 def ensure_base(log: Callable[[str], None] = print) -> Path:

@@ -13,6 +13,8 @@ names and ``python -m`` shims::
 creates ``<bin>/trtllm-serve``, ``<bin>/sglang``, ``<bin>/sglang-router``, ``<bin>/smg``
 (symlinks to the doubles) and, with ``--site``, the packages ``sglang.launch_server``,
 ``sglang_router.launch_router`` and ``smg.launch_router`` so ``python -m ...`` runs them.
+``--venv /opt/glmops/venvs/sglang-0.5.23`` makes a minimal venv there (``pyvenv.cfg``,
+``bin/python`` symlink, the console names and the shims), matching glmops's venv paths.
 
 What lives here
 ---------------
@@ -387,6 +389,7 @@ class OpenAIBehaviour:
 
     @staticmethod
     def count_tokens(text: str) -> int:
+        """Rough token count: whitespace-separated words (>= 1)."""
         return max(1, len(text.split()))
 
     def check_tool_choice(self, body: dict) -> str | None:
@@ -462,6 +465,7 @@ class OpenAIBehaviour:
                 "pieces": pieces}
 
     def completion_result(self, body: dict) -> dict:
+        """Compute a /v1/completions answer: ``{"text", "pieces", "finish_reason", "prompt_tokens", "completion_tokens"}``."""
         prompt = body.get("prompt", "")
         if isinstance(prompt, list):
             prompt = " ".join(str(p) for p in prompt)
@@ -472,6 +476,7 @@ class OpenAIBehaviour:
 
     # ------------------------------------------------------------------ response shapes
     def chat_response(self, body: dict, res: dict, extra_choice: dict | None = None) -> dict:
+        """The non-streamed ``chat.completion`` object for ``res`` (``extra_choice`` merged into the choice)."""
         msg = {"role": "assistant", "content": res["content"]}
         if res["reasoning"] is not None:
             msg["reasoning_content"] = res["reasoning"]
@@ -484,6 +489,7 @@ class OpenAIBehaviour:
                 "usage": self.usage(res)}
 
     def completion_response(self, body: dict, res: dict, extra_choice: dict | None = None) -> dict:
+        """The non-streamed ``text_completion`` object for ``res``."""
         choice = {"index": 0, "text": res["text"], "finish_reason": res["finish_reason"],
                   "logprobs": None}
         choice.update(extra_choice or {})
@@ -493,6 +499,7 @@ class OpenAIBehaviour:
 
     @staticmethod
     def usage(res: dict) -> dict:
+        """OpenAI ``usage`` block (token counts) for ``res``."""
         return {"prompt_tokens": res["prompt_tokens"], "completion_tokens": res["completion_tokens"],
                 "total_tokens": res["prompt_tokens"] + res["completion_tokens"]}
 
@@ -519,6 +526,7 @@ class OpenAIBehaviour:
                    "model": self.model, "choices": [], "usage": self.usage(res)}
 
     def completion_stream(self, body: dict, res: dict):
+        """Yield SSE chunks (dicts) for a completion answer."""
         cid, created = "cmpl-" + uuid.uuid4().hex, int(time.time())
         for n, p in enumerate(res["pieces"]):
             last = n == len(res["pieces"]) - 1
@@ -566,6 +574,7 @@ class EngineServer:
 
     # ------------------------------------------------------------------ bookkeeping
     def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``key`` (thread-safe)."""
         with self.lock:
             self.counters[key] = self.counters.get(key, 0) + n
 
@@ -579,6 +588,7 @@ class EngineServer:
                     fh.write(json.dumps(record) + "\n")
 
     def state(self) -> dict:
+        """Snapshot for ``GET /_double/state``: name, ready, faults, counters, requests."""
         with self.lock:
             return {"name": self.name, "ready": self.ready.is_set(), "faults": sorted(self.faults),
                     "counters": dict(self.counters), "requests": list(self.requests)}
@@ -602,8 +612,16 @@ class EngineServer:
         finally:
             self.httpd.server_close()
 
+    #: uvicorn-style log lines (trtllm-serve and SGLang run uvicorn; seed 000 tells users to wait
+    #: for "Application startup complete")
+    uvicorn_log = True
+
     def on_listen(self) -> None:
-        sys.stderr.write(f"{self.name} double: listening on {self.host}:{self.port}\n")
+        if self.uvicorn_log:
+            sys.stderr.write(f"INFO:     Uvicorn running on http://{self.host}:{self.port} "
+                             "(Press CTRL+C to quit)\n")
+        else:
+            sys.stderr.write(f"{self.name} double: listening on {self.host}:{self.port}\n")
         sys.stderr.flush()
 
     def _warmup(self) -> None:
@@ -611,19 +629,23 @@ class EngineServer:
             time.sleep(self.starting_s)
         if self.loading_done():
             self.ready.set()
-            sys.stderr.write(f"{self.name} double: Application startup complete.\n")
+            sys.stderr.write("INFO:     Application startup complete.\n" if self.uvicorn_log
+                             else f"{self.name} double: ready\n")
             sys.stderr.flush()
 
     def shutdown(self) -> None:
+        """Stop serving (serve() returns)."""
         if self.httpd:
             self.httpd.shutdown()
 
     # ------------------------------------------------------------------ routes
     def route(self, h: "Handler", method: str, path: str) -> None:  # pragma: no cover
+        """Answer one request through ``h`` (subclasses)."""
         raise NotImplementedError
 
 
 class Handler(BaseHTTPRequestHandler):
+    """Request handler bound to one EngineServer (``engine``); JSON/SSE helpers."""
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
@@ -752,6 +774,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def random_room() -> int:
+    """A random 63-bit bootstrap room id (what SGLang routers send)."""
     return random.randint(0, 2 ** 63 - 1)
 
 
@@ -796,15 +819,47 @@ def install(dest: str, bin_dir: str | None = None, site: str | None = None) -> l
     return written
 
 
+def make_venv(venv: str, dest: str, python: str | None = None) -> list[str]:
+    """A minimal venv at ``venv`` whose ``bin/`` holds the doubles' console names and whose
+    ``python -m sglang.launch_server`` / ``sglang_router.launch_router`` / ``smg.launch_router``
+    run the doubles: ``pyvenv.cfg`` + ``bin/python`` symlink to ``python`` (default: this
+    interpreter) + shims in ``lib/pythonX.Y/site-packages``. No pip, no python3-venv needed,
+    so glmops's venv paths (``/opt/glmops/venvs/<engine>-<version>/bin/...``) work on a lab host.
+    """
+    import platform
+    python = os.path.realpath(python or sys.executable)
+    ver = ".".join(platform.python_version_tuple()[:2])
+    bin_dir = os.path.join(venv, "bin")
+    site = os.path.join(venv, "lib", f"python{ver}", "site-packages")
+    os.makedirs(bin_dir, exist_ok=True)
+    os.makedirs(site, exist_ok=True)
+    with open(os.path.join(venv, "pyvenv.cfg"), "w", encoding="utf-8") as fh:
+        fh.write(f"home = {os.path.dirname(python)}\ninclude-system-site-packages = false\n"
+                 f"version = {platform.python_version()}\n")
+    written = [os.path.join(venv, "pyvenv.cfg")]
+    for name in ("python", "python3", f"python{ver}"):
+        link = os.path.join(bin_dir, name)
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(python, link)
+        written.append(link)
+    return written + install(dest, bin_dir, site)
+
+
 def main(argv=None) -> int:
+    """CLI: ``engine_http_double.py install --dest DIR [--bin DIR] [--site DIR] [--venv DIR]``."""
     p = argparse.ArgumentParser(prog="engine_http_double.py")
     sub = p.add_subparsers(dest="cmd", required=True)
     i = sub.add_parser("install", help="copy the doubles and create console names / -m shims")
     i.add_argument("--dest", required=True)
     i.add_argument("--bin")
     i.add_argument("--site")
+    i.add_argument("--venv", help="also make a minimal venv here (bin/ + -m shims)")
     ns = p.parse_args(argv)
-    for path in install(ns.dest, ns.bin, ns.site):
+    paths = install(ns.dest, ns.bin, ns.site)
+    if ns.venv:
+        paths += make_venv(ns.venv, ns.dest)
+    for path in paths:
         print(path)
     return 0
 

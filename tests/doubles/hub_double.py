@@ -148,6 +148,7 @@ class RepoFile:
             self.etag = self.blob_id
 
     def read(self) -> bytes:
+        """The file's bytes."""
         if self._data is not None:
             return self._data
         with open(self.disk, "rb") as fh:
@@ -163,6 +164,7 @@ class Repo:
         self.refs: dict[str, str] = {}
 
     def resolve(self, rev: str) -> str | None:
+        """Commit for a commit id, ref name, or ``main`` of a one-commit repo; else None."""
         if rev in self.commits:
             return rev
         if rev in self.refs:
@@ -328,15 +330,18 @@ class HubDouble:
     # ------------------------------------------------------------------ lifecycle
     @property
     def url(self) -> str:
+        """``http://host:port`` of the running server."""
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
 
     def start(self) -> "HubDouble":
+        """Serve in a daemon thread; returns self."""
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop serving and close the socket."""
         self.server.shutdown()
         self.server.server_close()
 
@@ -632,6 +637,7 @@ def _make_handler(hub: HubDouble):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see module docstring); serves until interrupted."""
     p = argparse.ArgumentParser(prog="hub_double.py", description=__doc__.split("\n")[0])
     p.add_argument("--repo-dir", help="<org>/<name>/<commit>/files layout")
     p.add_argument("--add", action="append", default=[], metavar="ORG/NAME=DIR[@COMMIT]")

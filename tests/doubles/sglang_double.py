@@ -8,7 +8,8 @@ types, choices and prefix abbreviation, ``prog="sglang serve"``: an unknown flag
 choice`` (exit 2), an ambiguous prefix (``--cuda-graph-max-bs``) ``ambiguous option`` (exit 2)
 - the behaviours /work/shared/reference/serving-clis.md §0/§3 records from the real parser.
 After parsing (exit 1, like the real ``ServerArgs`` checks): unknown
-``--speculative-algorithm``; ``--nnodes > 1`` without ``--dist-init-addr``; no
+``--speculative-algorithm``; ``--kv-events-config`` that is not JSON or has keys/values
+outside serving-clis.md §3; ``--nnodes > 1`` without ``--dist-init-addr``; no
 ``--model-path``; too few GPUs (only when an ``nvidia-smi`` is on PATH, e.g. the lab's double).
 
 Install: copy next to ``engine_http_double.py`` and ``option_lists_double.py``;
@@ -51,6 +52,9 @@ from option_lists_double import SGLANG_SERVE  # noqa: E402
 
 PROG = "sglang serve"
 VERSION = "0.5.23"
+#: --kv-events-config JSON keys (reference/serving-clis.md §3)
+KV_EVENTS_KEYS = {"publisher", "endpoint", "topic", "replay_endpoint", "buffer_steps", "hwm",
+                  "max_queue_size", "bind", "format"}
 SPEC_ALGOS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"}
 
 
@@ -105,6 +109,23 @@ def post_parse_checks(ns) -> list[str]:
                         f"(known: {', '.join(sorted(SPEC_ALGOS))})")
     if (ns.nnodes or 1) > 1 and not ns.dist_init_addr:
         problems.append("--dist-init-addr is required when --nnodes > 1")
+    if ns.kv_events_config:
+        try:
+            kv = json.loads(ns.kv_events_config)
+        except ValueError as exc:
+            kv = None
+            problems.append(f"--kv-events-config is not valid JSON: {exc}")
+        if kv is not None:
+            extra = sorted(set(kv) - KV_EVENTS_KEYS) if isinstance(kv, dict) else ["<not a mapping>"]
+            if extra:
+                problems.append(f"--kv-events-config: unknown keys {extra} (accepted: "
+                                f"{', '.join(sorted(KV_EVENTS_KEYS))})")
+            elif kv.get("publisher", "null") not in ("null", "zmq", None):
+                problems.append(f"--kv-events-config: publisher {kv['publisher']!r} not one of "
+                                "null, zmq")
+            elif kv.get("format", "default") not in ("default", "dynamo"):
+                problems.append(f"--kv-events-config: format {kv['format']!r} not one of "
+                                "default, dynamo")
     if ns.node_rank and ns.node_rank >= (ns.nnodes or 1):
         problems.append(f"--node-rank {ns.node_rank} must be < --nnodes {ns.nnodes}")
     return problems
@@ -132,6 +153,7 @@ class BootstrapServer(EngineServer):
     """The prefill side's bootstrap server: rooms whose KV is ready."""
 
     name = "sglang-bootstrap"
+    uvicorn_log = False
 
     def __init__(self, host, port, layout):
         super().__init__(host, port, refuse_s=0, starting_s=0)
@@ -314,6 +336,7 @@ class SGLangServer(EngineServer):
 
 
 def main(argv: list[str] | None = None, prog0: str | None = None) -> int:
+    """Entry point: parse strictly, check, serve. ``prog0`` overrides argv[0] (``sglang`` => ``sglang serve``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     name = os.path.basename(prog0 or sys.argv[0])
     if name == "sglang":

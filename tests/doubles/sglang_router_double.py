@@ -78,7 +78,9 @@ def check_args(p, ns) -> None:
 
 
 class Prometheus(EngineServer):
+    """The router's Prometheus endpoint on ``--prometheus-host:--prometheus-port``."""
     name = "router-prometheus"
+    uvicorn_log = False
 
     def __init__(self, host, port, router):
         super().__init__(host, port, refuse_s=0, starting_s=0)
@@ -93,6 +95,8 @@ class Prometheus(EngineServer):
 
 class Router(EngineServer):
     """The router process."""
+
+    uvicorn_log = False
 
     def __init__(self, ns, flavor):
         super().__init__(ns.host, int(ns.port), starting_s=0)
@@ -113,6 +117,7 @@ class Router(EngineServer):
         self.failed = False
 
     def pick(self, kind: str, policy: str | None):
+        """Next worker of pool ``kind`` (regular/prefill/decode) under ``policy``."""
         pool = {"regular": self.workers, "prefill": getattr(self, "prefills", []),
                 "decode": getattr(self, "decodes", [])}[kind]
         if (policy or self.ns.policy) == "random":
@@ -121,6 +126,7 @@ class Router(EngineServer):
             return next(self.cycles[kind])
 
     def wait_workers(self) -> bool:
+        """Poll every worker's health endpoint until 200; False after the startup timeout."""
         deadline = time.monotonic() + float(self.ns.worker_startup_timeout_secs)
         for w in self.workers:
             if not wait_healthy(w, deadline, self.ns.health_check_endpoint):
@@ -130,6 +136,7 @@ class Router(EngineServer):
         return True
 
     def prometheus(self) -> str:
+        """Prometheus text: requests per route and per worker."""
         c, p = self.counters, self.prefix
         lines = [f"# TYPE {p}_requests_total counter"]
         for key, v in sorted(c.items()):
@@ -234,6 +241,7 @@ class Router(EngineServer):
 
 
 def main(argv: list[str] | None = None, prog0: str | None = None) -> int:
+    """Entry point: parse strictly, wait for workers, serve."""
     argv = sys.argv[1:] if argv is None else list(argv)
     name = os.path.basename(prog0 or sys.argv[0])
     flavor = "smg" if ("smg" in name or os.environ.get("DOUBLE_ROUTER_FLAVOR") == "smg") \

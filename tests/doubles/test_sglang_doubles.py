@@ -75,6 +75,9 @@ def test_seed001_flags_accepted(procs, sgl):
     (["--tp-size", "four"], 2, "argument --tp-size/--tensor-parallel-size: invalid int value: 'four'"),
     (["--speculative-algorithm", "MEDUSA"], 1, "Unknown speculative algorithm: MEDUSA"),
     (["--nnodes", "2"], 1, "--dist-init-addr is required when --nnodes > 1"),
+    (["--kv-events-config", '{"publisher": "zmq", "port": 5557}'], 1,
+     "--kv-events-config: unknown keys ['port']"),
+    (["--kv-events-config", "publisher=zmq"], 1, "--kv-events-config is not valid JSON"),
 ])
 def test_rejects_like_argparse(procs, sgl, extra, code, needle):
     r = procs.run([sgl, "--model-path", "m"] + extra, env={"DOUBLE_DRY_RUN": "1"})
@@ -274,3 +277,19 @@ def test_install_console_names_and_module_shims(tmp_path):
     t = subprocess.run([bindir / "trtllm-serve", "/x", "--tp-size", "2"], capture_output=True,
                        text=True, timeout=30)
     assert t.returncode == 2 and "No such option: --tp-size" in t.stderr
+
+
+def test_install_minimal_venv_like_glmops_paths(tmp_path):
+    venv = tmp_path / "opt" / "glmops" / "venvs" / "sglang-0.5.23"
+    r = subprocess.run([sys.executable, HERE / "engine_http_double.py", "install", "--dest",
+                        tmp_path / "doubles", "--venv", venv], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    env = {"PATH": "/usr/bin:/bin", "DOUBLE_DRY_RUN": "1"}
+    m = subprocess.run([venv / "bin" / "python", "-m", "sglang.launch_server", "--model-path", "m",
+                        "--tp-size", "4"], capture_output=True, text=True, env=env, timeout=30)
+    assert m.returncode == 0, m.stderr
+    assert json.loads(m.stdout)["tp_size"] == 4
+    t = subprocess.run([venv / "bin" / "trtllm-serve", "/nope", "--tp_size", "4"],
+                       capture_output=True, text=True, env=env, timeout=30)
+    assert t.returncode == 1 and "Repo id must be in the form" in t.stderr

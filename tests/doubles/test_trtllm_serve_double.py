@@ -221,6 +221,8 @@ def test_loading_phases_refused_then_503_then_200(procs, trt, tmp_path):
     assert seen == ["refused", 503, 200]
     status, body = http("GET", url + "/v1/models")
     assert status == 200 and body["data"][0]["id"] == "zai-org/GLM-5.3-Flash"
+    log = open(procs.procs[-1].logfile).read()  # what seed 000 tells users to wait for
+    assert "Application startup complete." in log
 
 
 def test_chat_glm_shape_tools_reasoning_json(procs, trt, tmp_path):

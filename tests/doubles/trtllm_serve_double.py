@@ -680,6 +680,7 @@ class Orchestrator(EngineServer):
         self.failed = threading.Event()
 
     def loading_done(self) -> bool:
+        """Wait for every worker's /health (``-t`` seconds); on timeout stop and exit 1."""
         deadline = time.monotonic() + self.opts["server_start_timeout"]
         for host, port in self.cfg["ctx"] + self.cfg["gen"]:
             if not wait_healthy(f"http://{host}:{port}", deadline):
@@ -778,6 +779,7 @@ def _crash(exc: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: route to ``serve``/``disaggregated``, parse like Click, validate, serve."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["--help"], ["-h"]) or not argv:
         sys.stdout.write(f"Usage: {PROG} [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n" +

@@ -52,9 +52,10 @@ def lab():
 @pytest.fixture(scope="module")
 def inventory(lab, tmp_path_factory):
     out = tmp_path_factory.mktemp("inv") / "lab"
-    # a secret in the environment of every service: it must reach only the 0600 env files
-    return D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"],
-                            extra_vars={"glmops_env": {"HF_TOKEN": D.SECRET_HF_TOKEN}})
+    # secrets in the inventory: the API key must reach only the 0600 env files, the hub
+    # token (serving is offline, F12) no host at all
+    return D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"], extra_vars={
+        "glmops_env": {"HF_TOKEN": D.SECRET_HF_TOKEN, "GLMOPS_E2E_API_KEY": D.SECRET_API_KEY}})
 
 
 @pytest.fixture(scope="module")
@@ -181,19 +182,22 @@ def test_logs_of_one_service(inventory, deployed):
     assert len(lines) <= 30
 
 
-def test_secret_is_only_in_the_env_files(lab, deployed, runs_dir):
-    secret = D.SECRET_HF_TOKEN
+def test_secrets_only_in_the_env_files(lab, deployed, runs_dir):
     for host, unit in UNITS.items():
-        env = D.ssh(lab, host, f"cat /etc/glmops/{DEP}/{unit[:-len('.service')]}.env").stdout
-        assert secret in env  # it was deployed: the greps below can find it if it leaks
-        # the pattern comes from a file, so no grep or shell argv holds the secret itself
-        leaks = D.ssh(lab, host, "cat > /tmp/.pat; grep -rlF -f /tmp/.pat /etc/systemd/system "
-                                 "/proc/[0-9]*/cmdline 2>/dev/null; journalctl --no-pager | grep -cF -f /tmp/.pat; "
-                                 "rm -f /tmp/.pat", input=secret + "\n").stdout.split()
-        assert leaks == ["0"], f"{host}: secret in {leaks}"
-    found = subprocess.run(["grep", "-rl", secret, str(runs_dir)], capture_output=True, text=True).stdout
-    assert found == "", f"secret in run artifacts: {found}"
-    assert any(runs_dir.iterdir())  # there are artifacts to grep
+        env_file = f"/etc/glmops/{DEP}/{unit[:-len('.service')]}.env"
+        env = D.ssh(lab, host, f"cat {env_file}").stdout
+        assert D.SECRET_API_KEY in env  # deployed: the greps below would find it if it leaked
+        assert D.SECRET_HF_TOKEN not in env  # offline serving needs no hub token (F12)
+        # patterns come from a file, so no grep or shell argv holds a secret itself
+        leaks = D.ssh(lab, host, "cat > /tmp/.pat; grep -rlF -f /tmp/.pat /etc/systemd/system /etc/glmops "
+                                 f"/proc/[0-9]*/cmdline 2>/dev/null | grep -vx {env_file}; "
+                                 "journalctl --no-pager | grep -cF -f /tmp/.pat; rm -f /tmp/.pat",
+                      input=f"{D.SECRET_API_KEY}\n{D.SECRET_HF_TOKEN}\n").stdout.split()
+        assert leaks == ["0"], f"{host}: a secret in {leaks}"
+    assert any(runs_dir.iterdir())  # there are run artifacts to grep
+    for secret in (D.SECRET_API_KEY, D.SECRET_HF_TOKEN):
+        found = subprocess.run(["grep", "-rlF", "-e", secret, str(runs_dir)], capture_output=True, text=True).stdout
+        assert found == "", f"secret in run artifacts: {found}"
 
 
 def test_stop_then_destroy_keeps_the_checkpoint(lab, inventory, deployed):

@@ -155,8 +155,12 @@ def test_bridge_address_in_use_is_refused(lab3):
 def test_lab_down_leaves_no_trace(lab3, forward_before):
     machines = [h.machine for h in lab3.hosts]
     assert traces(NAME, lab3.subnet, machines)  # sanity: the detector sees the running lab
+    veths = [link["ifname"] for link in json.loads(subprocess.run(
+        ["ip", "-j", "link", "show", "master", lab3.bridge], capture_output=True, text=True, check=True).stdout)]
+    assert len(veths) == 3  # one host-side veth per host on the lab bridge
     assert core.down(NAME, log=lambda m: None) is True
     assert traces(NAME, lab3.subnet, machines) == []
+    assert [v for v in veths if netsetup.link_exists(v)] == []
     before, others_held = forward_before
     users = netsetup.RUN_DIR / "ip_forward.users"
     if not others_held and not (users.exists() and users.read_text().split()):

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -104,14 +105,15 @@ def play(lab: dict, tmp: Path, role_vars: dict, check: bool = False) -> dict:
     """Run roles/engine_runtime on the lab through ansible-runner; return per-stat host counts."""
     import ansible_runner
 
-    (tmp / "runner").mkdir(exist_ok=True)
+    # a fresh private dir per run: ansible-runner keeps cmdline (--check) in <dir>/env/ for later runs
+    private = tempfile.mkdtemp(prefix="runner-", dir=tmp)
     playbook = tmp / "engine_runtime.yml"
     playbook.write_text(json.dumps([{
         "name": "engine_runtime", "hosts": "lab", "gather_facts": False,
         "roles": [{"role": "engine_runtime", "vars": role_vars}],
     }]))
     r = ansible_runner.run(
-        private_data_dir=str(tmp / "runner"), playbook=str(playbook), inventory=lab["inventory"],
+        private_data_dir=private, playbook=str(playbook), inventory=lab["inventory"],
         cmdline="--check" if check else None, quiet=True, timeout=900,
         envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
                  "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"},

@@ -77,7 +77,7 @@ def test_download_pins_verifies_and_reruns_without_hub_bytes(hub, files, tmp_pat
     local = tmp_path / "models" / REPO / COMMIT
     assert res["local_dir"] == str(local) and res["commit"] == COMMIT
     assert res["changed"] and res["verified"]
-    assert sorted(res["fetched"]) == sorted(files) and res["skipped"] == []
+    assert sorted(res["fetched"]) == sorted(files) and res["complete_before"] == []
     assert tree(local) == files
     assert hub.stats()["bytes_by_client"]["127.0.0.1"] == sum(map(len, files.values()))
     marker = json.loads(Path(ck.marker_path(str(state), REPO, COMMIT)).read_text())
@@ -226,7 +226,7 @@ def test_killed_download_refetches_only_the_unfinished_file(tmp_path):
         h.reset()
         res = ck.download(REPO, COMMIT, str(local), endpoint=h.url, margin_bytes=0)
         assert res["fetched"] == ["big.safetensors"]
-        assert sorted(res["skipped"]) == ["a.safetensors", "config.json"]
+        assert sorted(res["complete_before"]) == ["a.safetensors", "config.json"]
         assert res["stale_partial_bytes"] == partial
         assert [r["path"].rsplit("/", 1)[1] for r in resolve_gets(h)] == ["big.safetensors"]
         assert (local / "big.safetensors").read_bytes() == big

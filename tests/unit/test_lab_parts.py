@@ -101,7 +101,6 @@ def test_missing_tools_name_their_package(monkeypatch):
 
 
 def test_preflight_reports_every_problem_at_once(monkeypatch, tmp_path):
-    monkeypatch.setattr(core, "STATE_ROOT", tmp_path)
     monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
     _, problems = core.preflight("Bad_Name", 0, "a100-sim", "10.77.0.0/24", [spec.Bind("/nonexistent", "/x")],
                                  euid=1000)
@@ -115,7 +114,6 @@ def test_preflight_reports_every_problem_at_once(monkeypatch, tmp_path):
 
 def test_cli_not_root_exits_2_and_makes_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(core, "STATE_ROOT", tmp_path / "state")
     monkeypatch.setattr(spec, "STATE_ROOT", tmp_path / "state")
     res = CliRunner().invoke(lab_cli, ["up", "--hosts", "2", "--name", "t1", "--no-default-binds"])
     assert res.exit_code == 2
@@ -177,3 +175,53 @@ def test_sim_profiles_match_the_double():
         if p.gpus:
             assert p.double_profile in mod.PROFILES
             assert mod.PROFILES[p.double_profile]["count"] == p.gpus
+
+
+def test_ip_forward_is_restored_by_the_last_lab_only(tmp_path, monkeypatch):
+    from glmops.lab import netsetup
+
+    fwd = tmp_path / "ip_forward"
+    fwd.write_text("0\n")
+    monkeypatch.setattr(netsetup, "RUN_DIR", tmp_path / "run")
+    monkeypatch.setattr(netsetup, "IP_FORWARD", fwd)
+    netsetup.forwarding_acquire("a")
+    assert fwd.read_text().strip() == "1"
+    netsetup.forwarding_acquire("b")
+    netsetup.forwarding_release("a")
+    assert fwd.read_text().strip() == "1"          # b still needs it
+    netsetup.forwarding_release("a")               # twice is harmless
+    assert fwd.read_text().strip() == "1"
+    netsetup.forwarding_release("b")
+    assert fwd.read_text().strip() == "0"          # restored
+    assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_ip_forward_already_on_stays_on(tmp_path, monkeypatch):
+    from glmops.lab import netsetup
+
+    fwd = tmp_path / "ip_forward"
+    fwd.write_text("1\n")
+    monkeypatch.setattr(netsetup, "RUN_DIR", tmp_path / "run")
+    monkeypatch.setattr(netsetup, "IP_FORWARD", fwd)
+    netsetup.forwarding_acquire("a")
+    netsetup.forwarding_release("a")
+    assert fwd.read_text().strip() == "1"
+
+
+def test_prune_stale_images_keeps_current(tmp_path):
+    cur = tmp_path / "bookworm-aaaaaaaaaaaa.tar.zst"
+    cur.write_text("x")
+    (tmp_path / "bookworm-aaaaaaaaaaaa.rootfs").mkdir()
+    (tmp_path / "bookworm-bbbbbbbbbbbb.tar.zst").write_text("old")
+    (tmp_path / "bookworm-bbbbbbbbbbbb.rootfs" / "etc").mkdir(parents=True)
+    (tmp_path / "other.txt").write_text("not ours")
+    image._prune_stale(cur)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bookworm-aaaaaaaaaaaa.rootfs", "bookworm-aaaaaaaaaaaa.tar.zst", "other.txt"]
+
+
+def test_bad_subnet_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    _, problems = core.preflight("ok", 1, "cpu", "nonsense", [], euid=0)
+    (p,) = [p for p in problems if "--subnet" in p]
+    assert "'nonsense'" in p and "10.77.0.0/24" in p and "'auto'" in p

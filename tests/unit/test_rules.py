@@ -577,3 +577,26 @@ def test_check_is_pure_and_repeatable(tmp_path):
     before = copy.deepcopy(dep)
     assert rules.check(dep) == rules.check(dep)
     assert dep == before
+
+
+# ---------------------------------------------------------------------------- router policy
+
+
+@pytest.mark.parametrize("engine,policy,ok", [
+    ("sglang", "kv_aware", False),   # sglang-router 0.3.2 --policy has no kv_aware
+    ("sglang", "cache_aware", True),
+    ("vllm", "kv_aware", True),      # vllm-router 0.1.17 accepts it
+    ("vllm", "least_busy", False),
+])
+def test_router_policy_must_be_one_the_router_accepts(tmp_path, engine, policy, ok):
+    gv = vllm_b200_disagg(glmops_engine=engine)
+    gv["glmops_topologies"]["disagg"]["router"]["policy"] = policy
+    _dep, _plan, problems = run(tmp_path, gv)
+    found = [p for p in problems if p.code == "ROUTER_POLICY"]
+    if ok:
+        assert found == []
+    else:
+        assert len(found) == 1
+        msg = found[0].message
+        assert repr(policy) in msg and "accepted:" in msg and "round_robin" in msg
+        assert found[0].path.endswith("router.policy")

@@ -43,13 +43,6 @@ class ActionModule(ActionBase):
                 "glmops_plan: no inventory: pass 'inventory:' or run with -i INVENTORY"
             )
         topology = self._task.args.get("topology") or None
-        if topology not in (None, "agg", "disagg"):
-            result.update(
-                failed=True,
-                msg=f"glmops_plan: topology {topology!r} is not one of: agg, disagg",
-                problems=[{"code": "TOPOLOGY", "path": "topology", "message": f"{topology!r} is not agg or disagg"}],
-            )
-            return result
 
         from glmops.deployview import PlanProblems, plan_view
 

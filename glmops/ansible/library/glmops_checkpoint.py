@@ -119,7 +119,7 @@ RETURN = r"""
 commit: {description: the 40-hex commit, type: str, returned: download resolve}
 manifest: {description: repo, commit, files (path, size, blob_id, sha256), total_bytes, type: dict, returned: download resolve status}
 fetched: {description: files requested from the hub in this run, type: list, returned: download}
-skipped: {description: files already complete, type: list, returned: download}
+complete_before: {description: files already complete (not requested again), type: list, returned: download}
 verified: {description: the local copy matches the manifest, type: bool, returned: always}
 code: {description: error code on failure (F10_DISK, VERIFY, HUB, REVISION, LOCK, INPUT), type: str, returned: failure}
 files: {description: files a failure concerns, type: list, returned: failure}
@@ -191,7 +191,7 @@ def main():
             sc = ck.space_check(p["local_dir"], ck.Manifest.from_dict(p["manifest"]), p["margin_ratio"], p["margin_bytes"])
             if not sc.ok:
                 raise ck.CheckpointError("F10_DISK", sc.message(), details={"needed": sc.needed, "available": sc.available,
-                                                                            "path": sc.path})
+                                                                            "filesystem": sc.path})
             module.exit_json(changed=False, needed=sc.needed, available=sc.available, verified=False)
         if action == "verify":
             man = ck.Manifest.from_dict(p["manifest"])

@@ -24,8 +24,9 @@ import signal
 import sys
 import time
 
-STATE = "/run/docker-double/state.json"
-VERSION_FILE = "/usr/share/glmops-double/docker.version"
+STATE = os.environ.get("GLMOPS_DOCKERD_DOUBLE_STATE", "/run/docker-double/state.json")
+# GLMOPS_DOUBLE_SHARE overrides the directory (the doubles' own tests)
+VERSION_FILE = os.path.join(os.environ.get("GLMOPS_DOUBLE_SHARE", "/usr/share/glmops-double"), "docker.version")
 # daemon.json keys (docs.docker.com, "dockerd" reference, daemon configuration file)
 DAEMON_KEYS = {
     "authorization-plugins", "bip", "bridge", "builder", "cgroup-parent", "containerd",

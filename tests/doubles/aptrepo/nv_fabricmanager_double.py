@@ -25,7 +25,8 @@ import signal
 import sys
 import time
 
-VERSION_FILE = "/usr/share/glmops-double/fabricmanager.version"
+# GLMOPS_DOUBLE_SHARE overrides the directory (the doubles' own tests)
+VERSION_FILE = os.path.join(os.environ.get("GLMOPS_DOUBLE_SHARE", "/usr/share/glmops-double"), "fabricmanager.version")
 SMI_CONFIG = os.environ.get("NVIDIA_SMI_DOUBLE_CONFIG", "/etc/nvidia-smi-double.json")
 CONFIG_KEYS = {
     "LOG_LEVEL", "LOG_FILE_NAME", "LOG_APPEND_TO_LOG", "LOG_FILE_MAX_SIZE", "LOG_USE_SYSLOG",

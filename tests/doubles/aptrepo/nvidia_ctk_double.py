@@ -27,7 +27,8 @@ import os
 import subprocess
 import sys
 
-VERSION_FILE = "/usr/share/glmops-double/container-toolkit.version"
+# GLMOPS_DOUBLE_SHARE overrides the directory (the doubles' own tests)
+VERSION_FILE = os.path.join(os.environ.get("GLMOPS_DOUBLE_SHARE", "/usr/share/glmops-double"), "container-toolkit.version")
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 

@@ -14,7 +14,8 @@ import json
 import os
 import sys
 
-VERSION_FILE = "/usr/share/glmops-double/driver.version"
+# GLMOPS_DOUBLE_SHARE overrides the directory (the doubles' own tests)
+VERSION_FILE = os.path.join(os.environ.get("GLMOPS_DOUBLE_SHARE", "/usr/share/glmops-double"), "driver.version")
 SMI_CONFIG = os.environ.get("NVIDIA_SMI_DOUBLE_CONFIG", "/etc/nvidia-smi-double.json")
 # driver branch -> CUDA version nvidia-smi's banner shows (NVIDIA driver release notes)
 CUDA_FOR_BRANCH = {"570": "12.8", "575": "12.9", "580": "13.0"}

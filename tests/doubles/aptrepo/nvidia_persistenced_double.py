@@ -15,7 +15,8 @@ import signal
 import sys
 import time
 
-VERSION_FILE = "/usr/share/glmops-double/persistenced.version"
+# GLMOPS_DOUBLE_SHARE overrides the directory (the doubles' own tests)
+VERSION_FILE = os.path.join(os.environ.get("GLMOPS_DOUBLE_SHARE", "/usr/share/glmops-double"), "persistenced.version")
 WITH_VALUE = {"--user", "-u", "--group", "-g", "--nvidia-cfg-path"}
 FLAGS = {"--persistence-mode", "--no-persistence-mode", "--verbose"}
 

@@ -8,12 +8,14 @@ exits 1 naming the argument (the lab has no NVSwitch to manage).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main(argv: list[str]) -> int:
     if argv in (["--version"], ["-V"]):
-        with open("/usr/share/glmops-double/nvlsm.version", encoding="utf-8") as fh:
+        share = os.environ.get("GLMOPS_DOUBLE_SHARE", "/usr/share/glmops-double")
+        with open(os.path.join(share, "nvlsm.version"), encoding="utf-8") as fh:
             print(f"nvlsm {fh.read().strip()}")
         return 0
     if argv in (["-h"], ["--help"]):

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Checkpoint distribution benchmark: hub bytes and wall time of ``per_node`` vs ``fanout``
+for 1, 2 and 4 lab hosts (issue 6).
+
+What runs: the real ``glmops download`` (playbooks/download.yml, roles/checkpoint, the real
+huggingface-hub client in the hub venv on every lab host) against the hub double on the
+lab's bridge gateway. The checkpoint is generated on the fly: ``--shards`` safetensors-named
+files of ``--shard-mib`` MiB of pseudo-random (incompressible) bytes plus two JSON files, a
+few hundred MB by default so transfer time is visible next to Ansible's own overhead.
+
+The hub double throttles each connection to ``--hub-mibps`` MiB/s (huggingface-hub opens one
+connection per file, up to 8 in parallel), standing in for the WAN link to the hub; the lab
+hosts talk to each other over the lab bridge. On this machine all lab hosts share the same
+2 CPU cores, so the peer copy (ssh + rsync + a sha256 pass on every target) competes for CPU
+with everything else: read the fanout times as an upper bound.
+
+Targets: hub bytes = 1.0x the checkpoint for every N in fanout; fanout wall time at N=4 <=
+1.3x a single-host download. Needs root + systemd-nspawn. Usage::
+
+    python bench/fanout.py [--hosts 1,2,4] [--shards 6] [--shard-mib 48] [--hub-mibps 8] [--keep-lab]
+
+Prints one table row per (N, mode) and the two target ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from checkpoint_lab import (CK_COMMIT, CK_REPO, MiB, download_json, lab_up, make_checkpoint,  # noqa: E402
+                            start_hub, wipe, write_inventory)
+
+from glmops.lab import core  # noqa: E402
+
+NAME = "bench-ckpt"
+
+
+def phases(run_dir: Path) -> dict[str, float]:
+    """Seconds of the hub phase (download start -> result collected) and of the peer phase
+    (first rsync start -> last copy verified), from the run's job events."""
+    spans: dict[str, list[float]] = {}
+    for f in (run_dir / "artifacts" / "run" / "job_events").glob("*.json"):
+        ev = json.loads(f.read_text())
+        data = ev.get("event_data") or {}
+        if ev.get("event") != "runner_on_ok" or not data.get("start"):
+            continue
+        task = data.get("task", "")
+        start = datetime.fromisoformat(data["start"]).timestamp()
+        end = datetime.fromisoformat(data["end"]).timestamp()
+        key = {"Start the download": "hub0", "Collect the download result": "hub1",
+               "Copy the checkpoint from the source": "peer0", "Verify the copy against the hub's metadata": "peer1"
+               }.get(task)
+        if key:
+            spans.setdefault(key, []).append(start if key.endswith("0") else end)
+    out = {}
+    if "hub0" in spans and "hub1" in spans:
+        out["hub_s"] = max(spans["hub1"]) - min(spans["hub0"])
+    if "peer0" in spans and "peer1" in spans:
+        out["peer_s"] = max(spans["peer1"]) - min(spans["peer0"])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", default="1,2,4")
+    ap.add_argument("--shards", type=int, default=6)
+    ap.add_argument("--shard-mib", type=int, default=48)
+    ap.add_argument("--hub-mibps", type=float, default=8.0, help="per-connection hub throttle, MiB/s")
+    ap.add_argument("--keep-lab", action="store_true")
+    ns = ap.parse_args()
+    counts = [int(x) for x in ns.hosts.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="glmops-bench-fanout-"))
+    files = make_checkpoint(work / "repo", shards=ns.shards, shard_bytes=ns.shard_mib * MiB)
+    total = sum(files.values())
+    print(f"checkpoint: {len(files)} files, {total / MiB:.1f} MiB (generated pseudo-random shards); "
+          f"hub throttle {ns.hub_mibps:g} MiB/s per connection", flush=True)
+    lab = lab_up(NAME, max(counts))
+    hub = start_hub(lab, work / "repo")
+    names = [h.name for h in lab.hosts]
+    rows = []
+    try:
+        for n in counts:
+            for mode in ("per_node", "fanout"):
+                if n == 1 and mode == "fanout":
+                    continue  # one host: fanout is a single download (the plan view says per_node)
+                wipe(lab)
+                hub.set_faults([{"kind": "slow", "bytes_per_s": int(ns.hub_mibps * MiB), "path": "*.safetensors"}])
+                hub.reset()
+                hub.set_faults([{"kind": "slow", "bytes_per_s": int(ns.hub_mibps * MiB), "path": "*.safetensors"}])
+                inv = write_inventory(lab, work / f"inv-{n}-{mode}.yml", names[:n], mode=mode)
+                runs = work / "runs" / f"{n}-{mode}"
+                t0 = time.monotonic()
+                r, out = download_json(inv, hub=hub, runs_dir=runs)
+                wall = time.monotonic() - t0
+                if r.returncode != 0:
+                    print(r.stdout[-3000:], r.stderr[-3000:], file=sys.stderr)
+                    raise SystemExit(f"download failed for N={n} {mode}")
+                hub_bytes = sum(hub.stats()["bytes_by_client"].values())
+                ph = phases(next(runs.iterdir()))
+                rows.append({"n": n, "mode": mode, "wall_s": wall, "hub_bytes": hub_bytes,
+                             "hub_x": hub_bytes / total, **ph})
+                print(f"  N={n} {mode:<8} wall {wall:6.1f} s  hub {hub_bytes / MiB:8.1f} MiB "
+                      f"({hub_bytes / total:.2f}x)  hub phase {ph.get('hub_s', 0):5.1f} s  "
+                      f"peer phase {ph.get('peer_s', 0):5.1f} s", flush=True)
+    finally:
+        hub.stop()
+        if not ns.keep_lab:
+            core.down(NAME, log=lambda *_: None)
+    print()
+    print(f"{'N':>2} {'mode':<9} {'wall s':>7} {'hub MiB':>9} {'hub x':>6} {'hub phase s':>12} {'peer phase s':>13}")
+    for r in rows:
+        print(f"{r['n']:>2} {r['mode']:<9} {r['wall_s']:7.1f} {r['hub_bytes'] / MiB:9.1f} {r['hub_x']:6.2f} "
+              f"{r.get('hub_s', 0):12.1f} {r.get('peer_s', 0):13.1f}")
+    single = next((r for r in rows if r["n"] == 1), None)
+    big = max(counts)
+    fan = next((r for r in rows if r["n"] == big and r["mode"] == "fanout"), None)
+    fan_ok = all(abs(r["hub_x"] - 1.0) < 1e-9 for r in rows if r["mode"] == "fanout" or r["n"] == 1)
+    print(f"\nfanout hub bytes = 1.0x the checkpoint for every N: {'yes' if fan_ok else 'NO'}")
+    if single and fan:
+        ratio = fan["wall_s"] / single["wall_s"]
+        print(f"fanout wall time at N={big} / single download: {fan['wall_s']:.1f} / {single['wall_s']:.1f} s "
+              f"= {ratio:.2f}x (target <= 1.3x): {'met' if ratio <= 1.3 else 'NOT met'}")
+        if "hub_s" in single and "hub_s" in fan:
+            data = (fan["hub_s"] + fan.get("peer_s", 0)) / single["hub_s"]
+            print(f"data phases only (hub + peer copy) at N={big} / single hub phase: {data:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,782 @@
+"""Smoke checks: prove a deployed endpoint answers what its users will send.
+
+:func:`run` sends, in order (issue 7; seed 000 "Basic Test" and "Tool Calling and
+Structured Output"; seed 001 "Smoke Test")::
+
+    models       GET  /v1/models lists the served model name
+    completion   POST /v1/completions "The capital of France is", max_tokens 16, temperature 0
+    reasoning    POST /v1/chat/completions with chat_template_kwargs.reasoning_effort low and
+                 high; the reasoning must come back apart from the content
+                 (``reasoning_content`` or ``reasoning``), with no ``<think>`` in the content
+    tool_call    tools + tool_choice "auto" -> finish_reason "tool_calls" and a parseable call
+                 (never "required" or a named function: seed 000 says unsupported)
+    structured   response_format json_schema -> content parses and validates (jsonschema)
+    stream       stream: true -> SSE chunks with content, a finish_reason, then [DONE]
+    image        an image_url content part (a PNG data URL), only when multimodal is enabled
+    disagg       prefill and decode each served part of one request, from their /metrics
+                 counters (journal lines through SSH when a worker exports no metrics)
+    acceptance   MTP/EAGLE acceptance from the engine's metrics; optional floor (F16)
+
+Each check ends ``pass``, ``fail`` (with the reason) or ``skip`` (with the reason: a check the
+model or engine cannot answer, e.g. the tiny lab Llama has no GLM reasoning or tool calling;
+never counted as a pass). Timeouts (F06): the first generation request gets
+``first_timeout`` seconds (NIXL/UCX connections are set up on the first transfer), every
+later request ``timeout`` seconds.
+
+The target comes from the Plan (:func:`target_from_plan`): endpoint, served model name,
+multimodal flag, speculative settings, and the prefill/decode workers' URLs.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+CHECKS = ("models", "completion", "reasoning", "tool_call", "structured", "stream", "image",
+          "disagg", "acceptance")
+
+#: Default timeouts (seconds): the first generation request, every later request.
+FIRST_TIMEOUT_S = 600.0
+TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 10.0
+
+# Checkpoints whose model cannot answer some checks: repo prefix -> {check: reason}.
+# The lab model (glmops.lab.tinymodel) is a random-weight Llama with a plain chat template.
+LIMITED_MODELS: dict[str, dict[str, str]] = {
+    "glmops-lab/": {
+        "reasoning": "the tiny lab Llama has no GLM reasoning template or reasoning parser",
+        "tool_call": "the tiny lab Llama has no GLM tool-call template or tool parser",
+        "image": "the tiny lab Llama is text-only",
+    },
+}
+
+# Prometheus counters that grow when a worker serves (part of) a request, per engine family.
+WORK_COUNTERS = (
+    "vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    "sglang:num_requests_total", "sglang:prompt_tokens_total", "sglang:generation_tokens_total",
+    "trtllm_request_success_total", "trtllm_prompt_tokens_total", "trtllm_generation_tokens_total",
+    "dynamo_component_requests_total",
+)
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string", "description": "City name"},
+                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}]
+
+SCHEMA = {"type": "object",
+          "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+          "required": ["answer"], "additionalProperties": False}
+
+
+# ------------------------------------------------------------------------------ shapes
+@dataclass
+class CheckResult:
+    """One check: ``status`` pass | fail | skip, ``reason`` (why it failed/skipped, or what
+    passed), ``seconds`` wall time, ``detail`` machine-readable extras."""
+
+    name: str
+    status: str
+    reason: str
+    seconds: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Worker:
+    """A worker the disagg/acceptance checks read: ``role`` prefill | decode | agg,
+    ``base_url`` http://addr:port of its own server, ``metrics_urls`` tried in order."""
+
+    name: str
+    role: str
+    host: str
+    unit: str
+    base_url: str
+    metrics_urls: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SmokeTarget:
+    """What smoke needs to know about a deployment (built from the Plan)."""
+
+    endpoint: str
+    model: str
+    engine: str = ""
+    topology: str = "agg"
+    multimodal: bool = False
+    speculative: dict[str, Any] | None = None
+    checkpoint_repo: str = ""
+    workers: list[Worker] = field(default_factory=list)
+    skips: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SmokeReport:
+    """All checks of one run. ``ok``: no check failed (skips do not count either way)."""
+
+    endpoint: str
+    model: str
+    checks: list[CheckResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != FAIL for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "model": self.model, "ok": self.ok,
+                "passed": sum(c.status == PASS for c in self.checks),
+                "failed": sum(c.status == FAIL for c in self.checks),
+                "skipped": sum(c.status == SKIP for c in self.checks),
+                "checks": [asdict(c) for c in self.checks]}
+
+
+class CheckFailed(Exception):
+    """Raised inside a check with the reason it failed."""
+
+
+class CheckSkipped(Exception):
+    """Raised inside a check with the reason it cannot run."""
+
+
+# ------------------------------------------------------------------------------ plan -> target
+def metrics_paths(engine: str) -> list[str]:
+    """Metrics paths of a worker, in the order tried (reference/trtllm-serve.md: TRT-LLM's
+    Prometheus text is ``/prometheus/metrics`` with ``return_perf_metrics: true``; ``/metrics``
+    is a JSON list of iteration stats. vLLM, SGLang (``--enable-metrics``) and Dynamo's
+    system server: ``/metrics``)."""
+    if engine == "trtllm":
+        return ["/prometheus/metrics", "/metrics"]
+    return ["/metrics"]
+
+
+def _base(url: str) -> str:
+    m = re.match(r"(https?://[^/]+)", url or "")
+    return m.group(1) if m else ""
+
+
+def target_from_plan(plan: Any, dep: Any = None) -> SmokeTarget:
+    """A :class:`SmokeTarget` from a ``glmops.model.Plan`` (and its Deployment, for the
+    multimodal flag, speculative settings and checkpoint repo). Workers are the plan's
+    prefill/decode/agg services with a health URL (rank-0 services only)."""
+    workers = []
+    for svc in plan.services:
+        if svc.role not in ("prefill", "decode", "agg") or not svc.health_url or svc.node_rank:
+            continue
+        base = _base(svc.health_url)
+        workers.append(Worker(name=svc.name, role=svc.role, host=svc.host, unit=svc.unit,
+                              base_url=base,
+                              metrics_urls=[base + p for p in metrics_paths(svc.engine)]))
+    spec = None
+    repo = ""
+    multimodal = False
+    if dep is not None:
+        spec = dep.speculative or next((p.speculative for p in dep.pools if p.speculative), None)
+        repo = dep.checkpoint.repo if dep.checkpoint else ""
+        multimodal = bool(dep.multimodal)
+    return SmokeTarget(endpoint=plan.endpoint_url.rstrip("/"), model=plan.served_model_name,
+                       engine=plan.engine, topology=plan.topology, multimodal=multimodal,
+                       speculative=spec, checkpoint_repo=repo, workers=workers,
+                       skips=model_skips(repo))
+
+
+def model_skips(repo: str) -> dict[str, str]:
+    """Checks the checkpoint's model cannot answer: ``{check: reason}`` (see LIMITED_MODELS)."""
+    for prefix, skips in LIMITED_MODELS.items():
+        if repo.startswith(prefix):
+            return dict(skips)
+    return {}
+
+
+# ------------------------------------------------------------------------------ HTTP
+class Client:
+    """HTTP to the endpoint with the F06 timeouts: the first generation request may take
+    ``first_timeout`` seconds, later ones ``timeout``. ``requests`` underneath; every error
+    becomes :class:`CheckFailed` naming the URL, the timeout and what went wrong."""
+
+    def __init__(self, endpoint: str, first_timeout: float = FIRST_TIMEOUT_S,
+                 timeout: float = TIMEOUT_S, headers: dict[str, str] | None = None):
+        import requests
+
+        self.endpoint = endpoint.rstrip("/")
+        self.first_timeout, self.timeout = float(first_timeout), float(timeout)
+        self.session = requests.Session()
+        self.session.headers.update({"Content-Type": "application/json", **(headers or {})})
+        self.generated = False  # has a generation request been sent yet?
+
+    def _timeout(self, generation: bool) -> float:
+        return self.timeout if (self.generated or not generation) else self.first_timeout
+
+    def get(self, path: str, timeout: float | None = None) -> Any:
+        return self._call("GET", path, None, timeout or self.timeout, generation=False)
+
+    def post(self, path: str, body: dict) -> Any:
+        limit = self._timeout(True)
+        self.generated = True
+        return self._call("POST", path, body, limit, generation=True)
+
+    def _call(self, method: str, path: str, body: dict | None, limit: float, generation: bool) -> Any:
+        import requests
+
+        url = self.endpoint + path
+        try:
+            r = self.session.request(method, url, json=body, timeout=(min(CONNECT_TIMEOUT_S, limit), limit))
+        except requests.Timeout:
+            raise CheckFailed(f"{method} {url}: no answer within {limit:g} s "
+                              f"({'first generation request' if limit == self.first_timeout and generation else 'timeout'})")
+        except requests.RequestException as exc:
+            raise CheckFailed(f"{method} {url}: {type(exc).__name__}: {exc}")
+        if r.status_code != 200:
+            raise CheckFailed(f"{method} {url}: HTTP {r.status_code}: {_error_text(r.text)}")
+        try:
+            return r.json()
+        except ValueError:
+            raise CheckFailed(f"{method} {url}: answer is not JSON: {r.text[:200]!r}")
+
+    def stream(self, path: str, body: dict) -> tuple[list[Any], float | None]:
+        """POST with ``stream: true``; returns (data payloads with "[DONE]" kept, seconds to
+        the first content chunk). The whole stream must end within the request's timeout."""
+        import requests
+
+        limit = self._timeout(True)
+        self.generated = True
+        url = self.endpoint + path
+        t0 = time.monotonic()
+        out: list[Any] = []
+        first = None
+        try:
+            with self.session.post(url, json=body, stream=True,
+                                   timeout=(min(CONNECT_TIMEOUT_S, limit), limit)) as r:
+                if r.status_code != 200:
+                    raise CheckFailed(f"POST {url}: HTTP {r.status_code}: {_error_text(r.text)}")
+                ctype = r.headers.get("Content-Type", "")
+                if not ctype.startswith("text/event-stream"):
+                    raise CheckFailed(f"POST {url}: stream answered Content-Type {ctype!r}, "
+                                      "expected text/event-stream")
+                for raw in r.iter_lines():
+                    if time.monotonic() - t0 > limit:
+                        raise CheckFailed(f"POST {url}: stream not finished within {limit:g} s")
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        out.append(payload)
+                        break
+                    try:
+                        chunk = json.loads(payload)
+                    except ValueError:
+                        raise CheckFailed(f"POST {url}: SSE data is not JSON: {payload[:120]!r}")
+                    if first is None and _chunk_text(chunk):
+                        first = time.monotonic() - t0
+                    out.append(chunk)
+        except requests.Timeout:
+            raise CheckFailed(f"POST {url}: stream stalled for more than {limit:g} s")
+        except requests.RequestException as exc:
+            raise CheckFailed(f"POST {url}: {type(exc).__name__}: {exc}")
+        return out, first
+
+
+def _error_text(text: str) -> str:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text[:300]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or err)[:300]
+        return str(obj.get("message") or obj.get("detail") or err)[:300]
+    return text[:300]
+
+
+def _chunk_text(chunk: Any) -> str:
+    if not isinstance(chunk, dict):
+        return ""
+    parts = []
+    for c in chunk.get("choices") or []:
+        delta = c.get("delta") or {}
+        parts.append(c.get("text") or delta.get("content") or delta.get("reasoning_content")
+                     or delta.get("reasoning") or "")
+        if delta.get("tool_calls"):
+            parts.append("<tool_calls>")
+    return "".join(parts)
+
+
+def _choice(resp: Any, what: str) -> dict:
+    if not isinstance(resp, dict) or not resp.get("choices"):
+        raise CheckFailed(f"{what}: answer has no choices: {json.dumps(resp)[:200]}")
+    return resp["choices"][0]
+
+
+# ------------------------------------------------------------------------------ metrics
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text -> ``{metric name: sum over its label sets}`` (comments skipped).
+    Raises ValueError when no line parses (the text is not Prometheus exposition)."""
+    out: dict[str, float] = {}
+    seen = False
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+([-+0-9.eEinfNa]+)(\s+\d+)?$", line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        seen = True
+        out[m.group(1)] = out.get(m.group(1), 0.0) + value
+    if not seen and text.strip():
+        raise ValueError("not Prometheus text")
+    return out
+
+
+@dataclass
+class MetricsRead:
+    """One read of a worker's metrics: Prometheus sums, or TRT-LLM JSON iteration stats."""
+
+    url: str = ""
+    prom: dict[str, float] = field(default_factory=dict)
+    iterations: list[dict] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def available(self) -> bool:
+        return not self.error
+
+
+def read_metrics(worker: Worker, timeout: float = 10.0) -> MetricsRead:
+    """Read a worker's metrics from the first of its ``metrics_urls`` that answers 200 with
+    Prometheus text or a JSON list (TRT-LLM iteration stats; the real server hands each
+    iteration out once, so reads are deltas). ``error`` says why none did."""
+    import requests
+
+    errors = []
+    for url in worker.metrics_urls:
+        try:
+            r = requests.get(url, timeout=timeout)
+        except requests.RequestException as exc:
+            errors.append(f"{url}: {type(exc).__name__}")
+            continue
+        if r.status_code != 200:
+            errors.append(f"{url}: HTTP {r.status_code}")
+            continue
+        text = r.text
+        if text.lstrip().startswith("["):
+            try:
+                data = json.loads(text)
+            except ValueError:
+                errors.append(f"{url}: bad JSON")
+                continue
+            return MetricsRead(url=url, iterations=[d for d in data if isinstance(d, dict)])
+        try:
+            return MetricsRead(url=url, prom=parse_prometheus(text))
+        except ValueError:
+            errors.append(f"{url}: neither Prometheus text nor a JSON list")
+    return MetricsRead(error="; ".join(errors) or "no metrics URL")
+
+
+def work_done(before: MetricsRead, after: MetricsRead) -> dict[str, float]:
+    """Counters of :data:`WORK_COUNTERS` that grew between two reads (``{name: delta}``); for
+    TRT-LLM JSON iteration stats (each read hands out new iterations only)
+    ``{"iterations": n}`` of the second read."""
+    if after.iterations:
+        return {"iterations": float(len(after.iterations))}
+    grew = {}
+    for name in WORK_COUNTERS:
+        if name in after.prom:
+            d = after.prom[name] - before.prom.get(name, 0.0)
+            if d > 0:
+                grew[name] = d
+    return grew
+
+
+def has_work_counters(read: MetricsRead) -> bool:
+    """True when a read can show work: iteration stats, or one of :data:`WORK_COUNTERS`."""
+    return bool(read.iterations) or any(name in read.prom for name in WORK_COUNTERS)
+
+
+def acceptance(reads: list[MetricsRead]) -> dict[str, Any] | None:
+    """Speculative-decoding acceptance from the engine's metrics, or None when not exported.
+
+    Returns ``{"acceptance_length": L (tokens per step, 1 + accepted/drafts), "acceptance_rate":
+    accepted/draft tokens or None, "source": metric names}``. Sources: vLLM
+    ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`` (counters, vLLM 0.32
+    ``v1/spec_decode/metrics.py``); SGLang ``sglang:spec_accept_length`` (gauge); TRT-LLM
+    ``/metrics`` JSON ``specDecodingStats`` (``acceptanceLength`` averaged over iterations,
+    ``numDraftTokens``/``numAcceptedTokens`` for the rate) or a ``*spec_decode_acceptance_length``
+    gauge. An engine-reported length wins over one computed from counters.
+    """
+    drafts = drafted = accepted = 0.0
+    lengths: list[float] = []
+    names: set[str] = set()
+    for r in reads:
+        p = r.prom
+        if "vllm:spec_decode_num_draft_tokens_total" in p:
+            drafted += p["vllm:spec_decode_num_draft_tokens_total"]
+            accepted += p.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
+            drafts += p.get("vllm:spec_decode_num_drafts_total", 0.0)
+            names.add("vllm:spec_decode_num_*_total")
+        for key in ("sglang:spec_accept_length", "trtllm_spec_decode_acceptance_length"):
+            if key in p:
+                lengths.append(p[key])
+                names.add(key)
+        for it in r.iterations:
+            sd = it.get("specDecodingStats") or {}
+            if sd:
+                names.add("specDecodingStats")
+                drafted += float(sd.get("numDraftTokens") or 0)
+                accepted += float(sd.get("numAcceptedTokens") or 0)
+                if sd.get("acceptanceLength") is not None:
+                    lengths.append(float(sd["acceptanceLength"]))
+    if not names:
+        return None
+    rate = accepted / drafted if drafted else None
+    if lengths:  # what the engine itself reports wins
+        length = sum(lengths) / len(lengths)
+    elif drafts:
+        length = 1.0 + accepted / drafts
+    else:
+        length = None
+    return {"acceptance_length": length, "acceptance_rate": rate, "source": ", ".join(sorted(names)),
+            "draft_tokens": drafted, "accepted_tokens": accepted}
+
+
+# ------------------------------------------------------------------------------ image
+def tiny_png(rgb: tuple[int, int, int] = (220, 30, 30), size: int = 32) -> bytes:
+    """A solid-colour ``size`` x ``size`` PNG (stdlib only)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    row = b"\x00" + bytes(rgb) * size
+    raw = zlib.compress(row * size)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", raw) + chunk(b"IEND", b""))
+
+
+# ------------------------------------------------------------------------------ checks
+class Smoke:
+    """Runs the checks against one :class:`SmokeTarget` (see the module docstring)."""
+
+    def __init__(self, target: SmokeTarget, client: Client, min_acceptance: float | None = None,
+                 log_reader: Callable[[Worker, float], int | None] | None = None,
+                 only: list[str] | None = None, skip: list[str] | None = None):
+        self.t, self.c = target, client
+        self.min_acceptance = min_acceptance
+        self.log_reader = log_reader
+        self.only, self.skip = set(only or ()), set(skip or ())
+        self.metric_reads: list[MetricsRead] = []
+
+    def run(self) -> SmokeReport:
+        results = []
+        for name in CHECKS:
+            fn = getattr(self, "check_" + name)
+            t0 = time.monotonic()
+            try:
+                if (self.only and name not in self.only) or name in self.skip:
+                    raise CheckSkipped("not selected (--only/--skip)")
+                if name in self.t.skips:
+                    raise CheckSkipped(self.t.skips[name])
+                reason, detail = fn()
+                res = CheckResult(name, PASS, reason, detail=detail or {})
+            except CheckSkipped as exc:
+                res = CheckResult(name, SKIP, str(exc))
+            except CheckFailed as exc:
+                res = CheckResult(name, FAIL, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a bug or an unexpected answer shape: still a clear fail
+                res = CheckResult(name, FAIL, f"{type(exc).__name__}: {exc}")
+            res.seconds = round(time.monotonic() - t0, 3)
+            results.append(res)
+        return SmokeReport(self.t.endpoint, self.t.model, results)
+
+    def _chat(self, messages: list, **extra) -> dict:
+        body = {"model": self.t.model, "messages": messages, "temperature": 0, **extra}
+        return self.c.post("/v1/chat/completions", body)
+
+    # -- checks: each returns (reason, detail) or raises CheckFailed/CheckSkipped
+    def check_models(self):
+        if self.t.engine == "trtllm" and self.t.topology == "disagg":
+            # the trtllm-serve disaggregated orchestrator routes no /v1/models
+            # (reference/trtllm-serve.md, routes of the disaggregated server): ask each worker
+            listed = {}
+            for w in self.t.workers:
+                resp = Client(w.base_url, timeout=self.c.timeout).get("/v1/models")
+                listed[w.name] = [m.get("id") for m in (resp.get("data") or []) if isinstance(m, dict)]
+            wrong = {n: ids for n, ids in listed.items() if self.t.model not in ids}
+            if not listed or wrong:
+                raise CheckFailed(f"workers' /v1/models do not list {self.t.model!r}: {wrong or 'no workers'}")
+            return (f"every worker lists {self.t.model!r} (the trtllm-serve disaggregated front door has "
+                    "no /v1/models)"), {"workers": listed}
+        resp = self.c.get("/v1/models")
+        ids = [m.get("id") for m in (resp.get("data") or []) if isinstance(m, dict)] if isinstance(resp, dict) else []
+        if self.t.model not in ids:
+            raise CheckFailed(f"/v1/models lists {ids or 'nothing'}, not the served model name {self.t.model!r}")
+        return f"lists {self.t.model!r}", {"models": ids}
+
+    def check_completion(self):
+        resp = self.c.post("/v1/completions", {"model": self.t.model, "prompt": "The capital of France is",
+                                               "max_tokens": 16, "temperature": 0})
+        ch = _choice(resp, "completion")
+        text = ch.get("text") or ""
+        if not text.strip():
+            raise CheckFailed(f"completion returned no text (finish_reason {ch.get('finish_reason')!r})")
+        usage = resp.get("usage") or {}
+        n = usage.get("completion_tokens")
+        if n is not None and n > 16:
+            raise CheckFailed(f"completion returned {n} tokens for max_tokens 16")
+        return f"{n if n is not None else '?'} tokens: {text.strip()[:60]!r}", {"text": text, "usage": usage}
+
+    def check_reasoning(self):
+        out = {}
+        for effort in ("low", "high"):
+            resp = self._chat([{"role": "user", "content": "What is 2 + 2? Answer with one number."}],
+                              max_tokens=512, chat_template_kwargs={"reasoning_effort": effort})
+            msg = _choice(resp, f"reasoning_effort {effort}").get("message") or {}
+            reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+            content = msg.get("content") or ""
+            if "<think>" in content or "</think>" in content:
+                raise CheckFailed(f"reasoning_effort {effort}: reasoning is inline in content "
+                                  f"({content[:60]!r}); no reasoning parser separating it")
+            if not reasoning.strip():
+                raise CheckFailed(f"reasoning_effort {effort}: no reasoning_content/reasoning in the answer")
+            if not content.strip():
+                raise CheckFailed(f"reasoning_effort {effort}: reasoning came back but the content is empty")
+            out[effort] = {"reasoning_chars": len(reasoning), "content": content[:80]}
+        return (f"reasoning apart from content (low {out['low']['reasoning_chars']} chars, "
+                f"high {out['high']['reasoning_chars']} chars)"), out
+
+    def check_tool_call(self):
+        resp = self._chat([{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}],
+                          tools=TOOLS, tool_choice="auto", max_tokens=512)
+        ch = _choice(resp, "tool call")
+        msg = ch.get("message") or {}
+        calls = msg.get("tool_calls") or []
+        finish = ch.get("finish_reason")
+        if finish != "tool_calls" or not calls:
+            raise CheckFailed(f"tool_choice auto: finish_reason {finish!r} with {len(calls)} tool_calls "
+                              f"(expected 'tool_calls'); content: {(msg.get('content') or '')[:80]!r}")
+        fn = calls[0].get("function") or {}
+        if fn.get("name") != "get_weather":
+            raise CheckFailed(f"tool call names {fn.get('name')!r}, not get_weather")
+        try:
+            args = json.loads(fn.get("arguments") or "")
+        except ValueError:
+            raise CheckFailed(f"tool call arguments are not JSON: {fn.get('arguments')!r}")
+        if not isinstance(args, dict) or "city" not in args:
+            raise CheckFailed(f"tool call arguments miss the required 'city': {args!r}")
+        return f"get_weather({json.dumps(args)}), finish_reason tool_calls", {"arguments": args}
+
+    def check_structured(self):
+        import jsonschema
+
+        resp = self._chat([{"role": "user", "content": "Is Paris in France? Answer as JSON."}], max_tokens=64,
+                          response_format={"type": "json_schema",
+                                           "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}})
+        msg = _choice(resp, "structured output").get("message") or {}
+        content = (msg.get("content") or "").strip()
+        try:
+            obj = json.loads(content)
+        except ValueError as exc:
+            raise CheckFailed(f"content is not JSON ({exc}): {content[:80]!r}")
+        try:
+            jsonschema.validate(obj, SCHEMA)
+        except jsonschema.ValidationError as exc:
+            raise CheckFailed(f"JSON does not match the schema: {exc.message}")
+        return f"valid against the schema: {json.dumps(obj)}", {"json": obj}
+
+    def check_stream(self):
+        chunks, first = self.c.stream("/v1/chat/completions", {
+            "model": self.t.model, "messages": [{"role": "user", "content": "Count from one to five."}],
+            "max_tokens": 32, "temperature": 0, "stream": True})
+        if not chunks or chunks[-1] != "[DONE]":
+            raise CheckFailed(f"stream ended without 'data: [DONE]' after {len(chunks)} chunks")
+        text = "".join(_chunk_text(c) for c in chunks[:-1])
+        finish = [c["choices"][0].get("finish_reason") for c in chunks[:-1]
+                  if isinstance(c, dict) and c.get("choices") and c["choices"][0].get("finish_reason")]
+        if not text:
+            raise CheckFailed(f"stream of {len(chunks) - 1} chunks carried no content")
+        if not finish:
+            raise CheckFailed("no chunk carried a finish_reason")
+        return (f"{len(chunks) - 1} chunks, first content after {first * 1000:.0f} ms, finish {finish[-1]}",
+                {"chunks": len(chunks) - 1, "ttft_s": first})
+
+    def check_image(self):
+        if not self.t.multimodal:
+            raise CheckSkipped("multimodal is not enabled in this deployment (glmops_multimodal)")
+        url = "data:image/png;base64," + base64.b64encode(tiny_png()).decode()
+        resp = self._chat([{"role": "user", "content": [
+            {"type": "text", "text": "What colour is this image? One word."},
+            {"type": "image_url", "image_url": {"url": url}}]}], max_tokens=256)
+        msg = _choice(resp, "image").get("message") or {}
+        content = (msg.get("content") or "").strip()
+        if not content and not (msg.get("reasoning_content") or msg.get("reasoning")):
+            raise CheckFailed("image request answered with empty content")
+        usage = resp.get("usage") or {}
+        return f"answered {content[:40]!r} ({usage.get('prompt_tokens', '?')} prompt tokens)", {"content": content}
+
+    def check_disagg(self):
+        if self.t.topology != "disagg":
+            raise CheckSkipped("aggregated deployment (no prefill/decode split)")
+        roles = {"prefill": [w for w in self.t.workers if w.role == "prefill"],
+                 "decode": [w for w in self.t.workers if w.role == "decode"]}
+        missing = [r for r, ws in roles.items() if not ws]
+        if missing:
+            raise CheckFailed(f"the plan has no {' or '.join(missing)} worker with a health URL")
+        workers = roles["prefill"] + roles["decode"]
+        before = {w.name: read_metrics(w) for w in workers}
+        since = time.time()
+        self.c.post("/v1/completions", {"model": self.t.model, "prompt": "Disaggregated smoke request: say hello.",
+                                        "max_tokens": 8, "temperature": 0})
+        time.sleep(0.5)  # counters are updated after the response is sent
+        after = {w.name: read_metrics(w) for w in workers}
+        for w in workers:
+            self.metric_reads.append(after[w.name])
+        served: dict[str, list[str]] = {"prefill": [], "decode": []}
+        evidence: dict[str, Any] = {}
+        problems = []
+        for role, ws in roles.items():
+            for w in ws:
+                b, a = before[w.name], after[w.name]
+                if a.available and b.available and has_work_counters(a):
+                    grew = work_done(b, a)
+                    evidence[w.name] = {"source": a.url, "grew": grew}
+                    if grew:
+                        served[role].append(w.name)
+                    continue
+                lines = self.log_reader(w, since) if self.log_reader else None
+                if lines is None:
+                    why = a.error or b.error or f"no request counters at {a.url}"
+                    problems.append(f"{w.name}: no metrics ({why}) and no journal access")
+                    evidence[w.name] = {"source": None}
+                else:
+                    evidence[w.name] = {"source": "journal", "request_lines": lines}
+                    if lines > 0:
+                        served[role].append(w.name)
+        empty = [r for r in ("prefill", "decode") if not served[r]]
+        if empty:
+            detail = "; ".join(problems) if problems else "their counters did not grow"
+            raise CheckFailed(f"no {' and no '.join(empty)} worker shows a share of the request ({detail})")
+        src = sorted({str(e.get("source")) for e in evidence.values() if e.get("source")})
+        return (f"prefill {', '.join(served['prefill'])} and decode {', '.join(served['decode'])} "
+                f"served the request (from {', '.join(src)})"), evidence
+
+    def check_acceptance(self):
+        if not self.t.speculative:
+            if self.min_acceptance is not None:
+                raise CheckFailed(f"--min-acceptance {self.min_acceptance} given but the deployment has no speculative decoding")
+            raise CheckSkipped("no speculative decoding (MTP/EAGLE) in this deployment")
+        ws = [w for w in self.t.workers if w.role in ("decode", "agg")] or list(self.t.workers)
+        # every metrics URL of each worker (TRT-LLM: Prometheus text and JSON iteration stats)
+        reads = [r for w in ws for url in w.metrics_urls
+                 if (r := read_metrics(Worker(w.name, w.role, w.host, w.unit, w.base_url, [url]))).available]
+        # TRT-LLM hands each iteration's stats out once: keep what the disagg check read
+        reads += [r for r in self.metric_reads if r.iterations]
+        acc = acceptance(reads)
+        method = (self.t.speculative or {}).get("method", "speculative")
+        if acc is None or acc.get("acceptance_length") is None:
+            msg = f"the engine exports no acceptance metrics for {method} at " + \
+                ", ".join(u for w in ws for u in w.metrics_urls)
+            if self.min_acceptance is not None:
+                raise CheckFailed(msg + f"; cannot check --min-acceptance {self.min_acceptance}")
+            raise CheckSkipped(msg)
+        length = acc["acceptance_length"]
+        rate = acc["acceptance_rate"]
+        text = f"{method}: acceptance length {length:.2f}" + (f", rate {rate:.1%}" if rate is not None else "") + \
+            f" ({acc['source']})"
+        if self.min_acceptance is not None and length < self.min_acceptance:
+            raise CheckFailed(f"{text} is below the floor {self.min_acceptance} (F16: check that prefill and "
+                              "decode use the same speculative config)")
+        return text, acc
+
+
+def run(target: SmokeTarget, first_timeout: float = FIRST_TIMEOUT_S, timeout: float = TIMEOUT_S,
+        min_acceptance: float | None = None, log_reader: Callable[[Worker, float], int | None] | None = None,
+        only: list[str] | None = None, skip: list[str] | None = None,
+        headers: dict[str, str] | None = None) -> SmokeReport:
+    """Run every check against ``target``; returns the report (never raises for a failing
+    check). ``first_timeout``/``timeout`` in seconds (F06); ``min_acceptance``: floor on the
+    speculative acceptance length (tokens per step), fails the acceptance check when below or
+    unreadable; ``log_reader(worker, since_epoch_s)`` -> number of request lines in the
+    worker's journal since then, or None (used when a worker exports no metrics);
+    ``only``/``skip``: check names (:data:`CHECKS`)."""
+    unknown = sorted((set(only or ()) | set(skip or ())) - set(CHECKS))
+    if unknown:
+        raise ValueError(f"unknown check(s) {', '.join(unknown)}; accepted: {', '.join(CHECKS)}")
+    client = Client(target.endpoint, first_timeout, timeout, headers)
+    return Smoke(target, client, min_acceptance, log_reader, only, skip).run()
+
+
+def render_table(report: SmokeReport, console: Any) -> None:
+    """Print the report as a rich table (check, result, seconds, reason)."""
+    from rich.table import Table
+
+    colour = {PASS: "green", FAIL: "red", SKIP: "yellow"}
+    table = Table(title=f"smoke {report.endpoint} (model {report.model})")
+    for col in ("check", "result", "s", "reason"):
+        table.add_column(col, overflow="fold")
+    for c in report.checks:
+        label = c.status if c.status != SKIP else "skipped"
+        table.add_row(c.name, f"[{colour[c.status]}]{label}[/]", f"{c.seconds:.2f}", c.reason.replace("[", r"\["))
+    console.print(table)
+    d = report.to_dict()
+    console.print(f"{d['passed']} passed, {d['failed']} failed, {d['skipped']} skipped")
+
+
+# ------------------------------------------------------------------------------ journal fallback
+REQUEST_LINE = re.compile(r'"POST /v1/(chat/)?completions HTTP/1\.[01]" 200|POST /v1/(chat/)?completions')
+
+
+def journal_reader(inventory: str) -> Callable[[Worker, float], int | None]:
+    """A ``log_reader`` counting request lines in a worker's journal since a time, through
+    SSH with the inventory's connection variables (``glmops.commands.deploy.ssh_command``).
+    Returns None when SSH or journalctl fails."""
+    import subprocess
+
+    def read(worker: Worker, since: float) -> int | None:
+        from glmops.commands.deploy import ssh_command
+
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(since - 1))
+        argv = ssh_command(inventory, worker.host, ["journalctl", "--utc", "--no-pager", "-o", "cat",
+                                                    f"--unit={worker.unit}", f"--since={stamp} UTC"])
+        try:
+            out = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if out.returncode != 0:
+            return None
+        return sum(1 for line in out.stdout.splitlines() if REQUEST_LINE.search(line))
+
+    return read
+
+
+def smoke_after_deploy(inventory: str, topology: str | None, console: Any) -> bool:
+    """What ``glmops deploy`` calls when it finished (unless ``--skip-smoke``): plan the
+    inventory, run every check with the default timeouts, print the table; True when no
+    check failed."""
+    target = load_target(inventory, topology)
+    report = run(target, log_reader=journal_reader(inventory))
+    render_table(report, console)
+    return report.ok
+
+
+def load_target(inventory: str, topology: str | None = None) -> SmokeTarget:
+    """Inventory -> Deployment -> Plan -> :class:`SmokeTarget`. Raises
+    ``glmops.model.ValidationError`` with every problem when the inventory is invalid."""
+    from glmops import rules
+    from glmops.inventory import load_deployment
+    from glmops.model import ValidationError
+
+    dep = load_deployment(inventory, topology=topology)
+    plan, problems = rules.validate(dep)
+    if problems or plan is None:
+        raise ValidationError(problems)
+    return target_from_plan(plan, dep)

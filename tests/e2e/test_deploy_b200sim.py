@@ -1,0 +1,129 @@
+"""Rehearse inventories/b200's exact TensorRT-LLM Plans on a b200-sim lab host, with the
+strict trtllm-serve double installed where the venv runtime expects the engine and the
+real vllm-router from the lab wheelhouse (``inventories/lab-b200sim``).
+
+agg: two replicas (GPUs 0-3, 4-7) behind vllm-router round robin; disagg: context and
+generation workers behind ``trtllm-serve disaggregated -c`` (the agg units are removed as
+stale). Then F13: a worker that stays in its loading phase fails the deploy, naming the
+unit and printing its journal tail, and no front door is started.
+
+Needs root and systemd-nspawn (mark ``lab``); builds the small ``router`` wheel set.
+Own lab ``e2esim`` on 10.77.61.0/24.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import deploylab as D
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
+    pytest.mark.skipif(shutil.which("systemd-nspawn") is None, reason="systemd-nspawn missing"),
+]
+
+LAB = "e2esim"
+SUBNET = "10.77.61.0/24"
+ADDR = "10.77.61.11"
+ENDPOINT = f"http://{ADDR}:8000"
+MODEL = "zai-org/GLM-5.3-Flash"
+VENV_BIN = "/opt/glmops/venvs/trtllm-1.3.0rc29/bin"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    subprocess.run([sys.executable, "-m", "glmops.lab.wheelhouse", "build", "--set", "router"],
+                   check=True, cwd=D.REPO, timeout=900)
+    existed = (D.LAB_ROOT / LAB / "inventory.yml").exists()
+    inv = D.lab_up(LAB, 1, SUBNET, [f"{D.REPO / 'tests' / 'doubles'}:/opt/glmops-doubles-src"],
+                   profile="b200-sim")
+    # the engine double where the venv runtime expects trtllm-serve; the checkpoint dir the
+    # Plan names (the download role is a later issue)
+    res = D.ssh(inv, "lab-1", f"python3 /opt/glmops-doubles-src/engine_http_double.py install "
+                              f"--dest /opt/glmops-doubles --bin {VENV_BIN} && "
+                              f"mkdir -p /models/zai-org/GLM-5.3-Flash && nvidia-smi -L | wc -l")
+    assert res.returncode == 0 and res.stdout.split()[-1] == "8", res.stdout + res.stderr
+    yield inv
+    if not existed and not os.environ.get("GLMOPS_KEEP_LAB"):
+        D.lab_down(LAB)
+
+
+@pytest.fixture(scope="module")
+def inventory(lab, tmp_path_factory):
+    return D.make_inventory(lab, "lab-b200sim", tmp_path_factory.mktemp("inv") / "b200sim", ["lab-1"], [])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runs_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs")
+    os.environ["GLMOPS_RUNS_DIR"] = str(path)
+    yield path
+    os.environ.pop("GLMOPS_RUNS_DIR", None)
+
+
+def _units(lab) -> set[str]:
+    out = D.ssh(lab, "lab-1", "ls /etc/systemd/system | grep '^glm-flash-b200-' || true").stdout
+    return set(out.split())
+
+
+def test_b200_agg_plan_serves_on_the_double(lab, inventory):
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    units = {"glm-flash-b200-agg-0.service", "glm-flash-b200-agg-1.service", "glm-flash-b200-router.service"}
+    assert _units(lab) == units
+    for unit in units:
+        assert re.search(rf"{re.escape(unit)}\s*│\s*ready", proc.stdout), proc.stdout[-3000:]
+    answer = D.completion(ENDPOINT, MODEL, max_tokens=4)
+    assert answer["choices"][0]["text"]
+    # each replica sees only its own GPUs (seed 000: 4x B200 per worker)
+    for unit, gpus in (("glm-flash-b200-agg-0", "0,1,2,3"), ("glm-flash-b200-agg-1", "4,5,6,7")):
+        env = D.ssh(lab, "lab-1", f"cat /proc/$(systemctl show -p MainPID --value {unit})/environ | tr '\\0' '\\n'")
+        assert f"CUDA_VISIBLE_DEVICES={gpus}" in env.stdout
+    again = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision")
+    assert again.returncode == 0 and "changed: 0 " in again.stdout, again.stdout[-3000:]
+
+
+def test_b200_disagg_plan_serves_through_the_orchestrator(lab, inventory):
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    # the agg units are gone: the deployment's units are exactly the disagg Plan's
+    assert _units(lab) == {"glm-flash-b200-prefill-0.service", "glm-flash-b200-decode-0.service",
+                           "glm-flash-b200-orchestrator.service"}
+    answer = D.completion(ENDPOINT, MODEL, max_tokens=4)
+    assert answer["choices"][0]["text"]
+    log = D.ssh(lab, "lab-1", "journalctl -u glm-flash-b200-orchestrator --no-pager -n 200").stdout
+    assert "trtllm-serve" in D.ssh(lab, "lab-1", "systemctl show -p ExecStart glm-flash-b200-orchestrator").stdout
+    assert log
+
+
+def test_worker_stuck_loading_fails_the_deploy_with_its_journal(lab, inventory):
+    """F13: /health stays 503 (the double's loading phase); /v1/models would answer."""
+    gv = inventory / "group_vars" / "all.yml"
+    data = yaml.safe_load(gv.read_text())
+    data["glmops_readiness_timeout_s"] = 20
+    data["glmops_topologies"]["agg"]["pools"]["agg"]["env"] = {"DOUBLE_LOADING_503_S": "100000"}
+    gv.write_text(yaml.safe_dump(data, sort_keys=False))
+    D.glmops("destroy", "-i", str(inventory), "--yes")
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert re.search(r"glm-flash-b200-agg-[01]\.service on lab-1 is not ready after 20 s: "
+                     r"http://10\.77\.61\.11:800[12]/health answered 503", out), out[-4000:]
+    assert "last 100 journal lines of glm-flash-b200-agg-" in out
+    assert "Started glm-flash-b200-agg-" in out  # the journal tail itself
+    models = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                             f"http://{ADDR}:8001/v1/models"], capture_output=True, text=True).stdout
+    health = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                             f"http://{ADDR}:8001/health"], capture_output=True, text=True).stdout
+    assert health == "503", (models, health)
+    # the front door was never started
+    state = D.ssh(lab, "lab-1", "systemctl is-active glm-flash-b200-router.service").stdout.strip()
+    assert state in ("inactive", "unknown"), state
+    assert "glm-flash-b200-router.service" not in _units(lab)
