@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -461,6 +462,7 @@ class BenchTarget:
     gpu_basis: str = "GPU"
     tokenizer: str = "builtin"
     plan: dict[str, Any] = field(default_factory=dict)
+    worker_urls: dict[str, str] = field(default_factory=dict)
 
 
 def run_dir_for(out: Path, deployment: str, now: datetime | None = None) -> Path:
@@ -472,6 +474,21 @@ def run_dir_for(out: Path, deployment: str, now: datetime | None = None) -> Path
         n += 1
         path = Path(f"{base}-{n}")
     return path
+
+
+def reported_versions(worker_urls: dict[str, str], timeout: float = 5.0) -> dict[str, Any]:
+    """``GET <worker>/version`` of each worker (vLLM and trtllm-serve answer ``{"version": ...}``):
+    ``{service: version}``; None for a worker that does not answer it."""
+    import requests
+
+    out: dict[str, Any] = {}
+    for name, base in worker_urls.items():
+        try:
+            r = requests.get(base.rstrip("/") + "/version", timeout=timeout)
+            out[name] = r.json().get("version") if r.status_code == 200 else None
+        except (requests.RequestException, ValueError, AttributeError):
+            out[name] = None
+    return out
 
 
 def sweep(target: BenchTarget, cfg: SweepConfig, out: Path, run_point: Callable[[int, Path], dict],
@@ -489,6 +506,7 @@ def sweep(target: BenchTarget, cfg: SweepConfig, out: Path, run_point: Callable[
             "engine": target.engine, "engine_version": target.engine_version, "topology": target.topology,
             "gpus": target.gpus, "gpu_basis": target.gpu_basis, "tokenizer": target.tokenizer,
             "client": client, "client_version": client_version, "bench_host": bench_host,
+            "reported_versions": reported_versions(target.worker_urls),
             "sweep": asdict(cfg), "started": datetime.now(UTC).isoformat(timespec="seconds")}
     (run / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     (run / "plan.json").write_text(json.dumps(target.plan, indent=2, default=str) + "\n")
@@ -565,7 +583,9 @@ def target_from_plan(plan: Any, dep: Any, tokenizer: str | None = None) -> Bench
             if cand is not None and (cand / "tokenizer.json").exists():
                 tokenizer = str(cand)
                 break
-    return BenchTarget(endpoint=plan.endpoint_url.rstrip("/"), model=plan.served_model_name,
+    urls = {s.name: re.match(r"https?://[^/]+", s.health_url).group(0) for s in workers
+            if s.health_url and s.node_rank == 0}
+    return BenchTarget(endpoint=plan.endpoint_url.rstrip("/"), model=plan.served_model_name, worker_urls=urls,
                        deployment=plan.deployment, engine=plan.engine, engine_version=dep.engine_version,
                        topology=plan.topology, gpus=gpus, gpu_basis=basis, tokenizer=tokenizer,
                        plan=plan.to_dict())

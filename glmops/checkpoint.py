@@ -602,7 +602,7 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
     t0 = time.monotonic()
     manifest = resolve(repo, revision, endpoint=endpoint, token=token, allow_patterns=allow_patterns)
     local_dir = local_dir or local_dir_for(model_dir or "/", repo, manifest.commit)
-    model_dir = model_dir or os.path.dirname(os.path.dirname(os.path.dirname(local_dir.rstrip("/"))))
+    model_dir = model_dir or os.path.dirname(local_dir.rstrip("/"))  # lock next to the snapshot
     mpath = marker_path(state_dir, repo, manifest.commit) if state_dir else None
     result: dict[str, Any] = {"changed": False, "commit": manifest.commit, "local_dir": local_dir,
                               "manifest": manifest.to_dict(), "fetched": [], "complete_before": [],

@@ -27,6 +27,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "destroy": ("glmops.commands.deploy:destroy", "Remove units and env files (--yes; checkpoints stay)."),
     "smoke": ("glmops.commands.smoke:smoke", "Check the endpoint: completion, reasoning, tool call, JSON, stream, image."),
     "bench": ("glmops.commands.bench:bench", "Sweep concurrency with aiperf; table, Pareto PNG, compare runs."),
+    "history": ("glmops.commands.day2:history", "List the generations (what each deploy placed) on every host."),
+    "upgrade": ("glmops.commands.day2:upgrade", "Roll a new engine version or setting out one replica at a time, gated."),
+    "rollback": ("glmops.commands.day2:rollback", "Put the previous (or --to N) generation back, one replica at a time."),
 }
 
 

@@ -43,8 +43,12 @@ class PlanProblems(Exception):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
-def plan_view(inventory: str, topology: str | None = None) -> dict[str, Any]:
+def plan_view(inventory: str, topology: str | None = None,
+              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Validate + plan + render the deployment in ``inventory`` (a path).
+
+    ``overrides`` (variable name -> value, ``glmops_`` prefix optional) win over the
+    inventory, as in ``glmops.inventory.load_deployment`` (``glmops upgrade --set``).
 
     Raises :class:`PlanProblems` with every problem when the rules (or the loader)
     find any; nothing is contacted.
@@ -54,7 +58,7 @@ def plan_view(inventory: str, topology: str | None = None) -> dict[str, Any]:
     from glmops.model import ValidationError
 
     try:
-        dep = inv.load_deployment(inventory, topology=topology)
+        dep = inv.load_deployment(inventory, topology=topology, overrides=overrides)
     except ValidationError as exc:
         raise PlanProblems(exc.problems) from exc
     # the same function `glmops validate` runs: rules, plan, then the plan's port/config checks

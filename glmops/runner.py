@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"
@@ -237,7 +238,7 @@ class _Progress:
         if kind == "playbook_on_play_start":
             self.play = data.get("play", "")
             if not self.live and not self.quiet:
-                self.console.print(f"[bold]PLAY[/bold] {self.play}", highlight=False)
+                self.console.print(Text("PLAY ", style="bold") + Text(self.play), highlight=False, soft_wrap=True)
         if not kind.startswith("runner_on_") or kind == "runner_on_start" or not data.get("host"):
             if kind == "runner_on_start" and data.get("host"):
                 self.rows[data["host"]] = (data.get("task", ""), "running")
@@ -257,7 +258,8 @@ class _Progress:
         if self.live:
             self.live.update(self._table())
         elif not self.quiet and state != "skipped":
-            self.console.print(f"  {data['host']:<16} {data.get('task', ''):<70} {state}", highlight=False)
+            self.console.print(f"  {data['host']:<16} {data.get('task', ''):<70} {state}", highlight=False,
+                               markup=False, soft_wrap=True)
 
     def close(self) -> None:
         if self.live:
@@ -296,12 +298,13 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
             ttr = svc.get("time_to_ready_s")
             table.add_row(host, unit, state, f"{ttr:.1f} s" if isinstance(ttr, (int, float)) else "-")
     console.print(table)
-    for failure in result.failures:
-        console.print(f"[red]failed[/red] {failure}", highlight=False, markup=True)
+    for failure in result.failures:  # journal tails hold "[...]": no markup, no re-wrapping
+        console.print(Text("failed ", style="red") + Text(failure), highlight=False, soft_wrap=True)
     if plan and plan.get("endpoint_url"):
         console.print(f"endpoint: {plan['endpoint_url']}  (model {plan.get('served_model_name', '')})",
-                      highlight=False)
-    console.print(f"changed: {result.changed}   run artifacts: {result.artifacts}", highlight=False)
+                      highlight=False, markup=False, soft_wrap=True)
+    console.print(f"changed: {result.changed}   run artifacts: {result.artifacts}", highlight=False,
+                  markup=False, soft_wrap=True)
 
 
 def _host_state(stats: HostStats) -> str:

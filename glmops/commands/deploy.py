@@ -136,11 +136,13 @@ def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
     for svc in plan["services"]:
         got = seen.get((svc["host"], svc["unit"]))
         host_state = result.hosts.get(svc["host"])
-        state = got["active"] + (f"/{got['sub']}" if got["sub"] not in ("running", "") else "") if got else (
-            host_state.state if host_state and host_state.state != "ok" else "unknown")
+        if got:  # active, or e.g. activating/auto-restart, failed/failed
+            state = got["active"] if got["active"] == "active" else f"{got['active']}/{got['sub']}"
+        else:
+            state = host_state.state if host_state and host_state.state != "ok" else "unknown"
         rows.append({
             "host": svc["host"], "service": svc["name"], "unit": svc["unit"], "role": svc["role"],
-            "state": state if not got or got["active"] != "active" else "active",
+            "state": state,
             "sub": got["sub"] if got else "", "pid": got["pid"] if got else 0,
             "restarts": got["restarts"] if got else None,
             "health": got["health"] if got else None,

@@ -45,13 +45,26 @@ def _validate(inventory: str) -> None:
         load_plan(inventory, None)  # exits 2 printing every problem
 
 
-def reports(result: runner.RunResult) -> dict[str, dict[str, Any]]:
-    """Per host, the precheck report of the run (see glmops.prechecks.report); a host that
-    failed or was unreachable before reporting gets ``{ok: false, failed: [its error]}``."""
-    out: dict[str, dict[str, Any]] = {}
-    for item in result.outputs:
-        if item["task"] == PRECHECK_TASK and isinstance(item["res"].get("report"), dict):
-            out[item["host"]] = item["res"]["report"]
+class ReportCollector:
+    """An ``on_event`` callback for :func:`glmops.runner.run`: keeps the precheck report of each
+    host (the result of the task named :data:`PRECHECK_TASK`)."""
+
+    def __init__(self) -> None:
+        self.reports: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, event: dict) -> None:
+        data = event.get("event_data") or {}
+        res = data.get("res") or {}
+        if (event.get("event") == "runner_on_ok" and data.get("task") == PRECHECK_TASK
+                and isinstance(res.get("report"), dict)):
+            self.reports[data["host"]] = res["report"]
+
+
+def reports(result: runner.RunResult, collected: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per host, the precheck report of the run (``collected`` by :class:`ReportCollector`, see
+    glmops.prechecks.report); a host that failed or was unreachable before reporting gets
+    ``{ok: false, failed: [its error]}``."""
+    out: dict[str, dict[str, Any]] = dict(collected)
     for host, stats in result.hosts.items():
         if host not in out and host != "localhost" and stats.state != "ok":
             out[host] = {"host": host, "ok": False, "failed": [f"{host}: {m}" for m in stats.messages] or
@@ -76,6 +89,27 @@ def print_reports(nodes: dict[str, dict[str, Any]], console: Console) -> None:
             console.print(f"warning {line}", markup=False)
 
 
+def diff_text(res: dict) -> str:
+    """Unified diff text of a task result's ``diff`` (a dict or a list of dicts with
+    ``before``/``after`` and optional headers), as ``ansible-playbook --diff`` shows it."""
+    import difflib
+
+    items = res.get("diff") or []
+    items = items if isinstance(items, list) else [items]
+    out = []
+    for d in items:
+        if not isinstance(d, dict) or ("before" not in d and "after" not in d):
+            if isinstance(d, dict) and d.get("prepared"):
+                out.append(str(d["prepared"]))
+            continue
+        before, after = d.get("before", ""), d.get("after", "")
+        if not isinstance(before, str) or not isinstance(after, str):
+            before, after = json.dumps(before, indent=2, sort_keys=True), json.dumps(after, indent=2, sort_keys=True)
+        out.extend(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        d.get("before_header", "before"), d.get("after_header", "after")))
+    return "".join(out)
+
+
 @click.command("provision")
 @INVENTORY
 @click.option("--check", is_flag=True, help="Change nothing; show what would change.")
@@ -96,10 +130,26 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
         extravars["nvidia_driver_reboot"] = False
     if upgrade_driver:
         extravars["nvidia_driver_upgrade"] = True
+
+    collector = ReportCollector()
+
+    def on_event(event: dict) -> None:
+        collector(event)
+        if not diff:
+            return
+        data = event.get("event_data") or {}
+        res = data.get("res") or {}
+        if event.get("event") == "runner_on_ok" and res.get("changed") and res.get("diff"):
+            text = diff_text(res)
+            if text:
+                console.print(f"--- {data.get('host')}: {data.get('task')}", markup=False)
+                console.print(text.rstrip("\n"), markup=False)
+
     result = runner.run("provision", "provision.yml", inventory, extravars,
-                        check=check, diff=diff, limit=limit, console=console)
+                        check=check, diff=diff, limit=limit, console=console,
+                        on_event=on_event)
     runner.print_summary(result, console)
-    nodes = reports(result)
+    nodes = reports(result, collector.reports)
     if nodes and not check:
         print_reports(nodes, console)
     sys.exit(0 if result.ok else 1)
@@ -114,9 +164,10 @@ def check(inventory, limit, as_json):
     disk, /dev/shm, memlock, ports, time sync, RDMA devices); report all failures at once."""
     console = Console(highlight=False, stderr=as_json)
     _validate(inventory)
+    collector = ReportCollector()
     result = runner.run("check", "check.yml", inventory, {}, limit=limit,
-                        console=Console(stderr=True), quiet=as_json)
-    nodes = reports(result)
+                        console=Console(stderr=True), quiet=as_json, on_event=collector)
+    nodes = reports(result, collector.reports)
     ok = result.ok and bool(nodes) and all(r["ok"] for r in nodes.values())
     if as_json:
         click.echo(json.dumps({"ok": ok, "nodes": nodes, "artifacts": str(result.artifacts)}, indent=2))

@@ -4,7 +4,7 @@ Everything a lab makes is recorded under ``/var/lib/glmops-lab/<name>/`` (``lab.
 ``down`` can remove it again, also after a failed or interrupted ``up``:
 state dir (ssh key, unpacked base, per-host overlays), overlay mounts, cgroups
 ``/sys/fs/cgroup/{systemd,unified}/glmops/<name>/``, the bridge, the nft table and its claim on
-``net.ipv4.ip_forward``. Conventions: see spec.py and docs/DEVELOPING.md ("Lab").
+``net.ipv4.ip_forward`` and the inotify limits. Conventions: see spec.py and docs/DEVELOPING.md ("Lab").
 """
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def up(name: str = DEFAULT_NAME, hosts: int = 1, profile: str = "cpu", subnet: s
         try:
             netsetup.bridge_up(lab.bridge, gateway, subnet)
             netsetup.nat_up(lab.nft_table, lab.bridge, subnet)
-            netsetup.forwarding_acquire(name)
+            netsetup.host_settings_acquire(name)
         except Exception as exc:
             _cleanup_after_failure(name, keep_on_failure, log)
             raise LabError(f"network setup failed: {exc}") from exc
@@ -339,7 +339,7 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
     """Remove lab ``name`` and everything it made. Returns False when there was no such lab.
 
     Order: stop the supervisor (it halts the guests), kill what is left in the lab's cgroups,
-    unmount, remove cgroups, nft table, bridge, forwarding claim, state dir.
+    unmount, remove cgroups, nft table, bridge, host-settings claim, state dir.
     Raises LabError listing what could not be removed.
     """
     problems = root_problem()
@@ -398,7 +398,7 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
             netsetup.bridge_down(lab.bridge if lab else bridge_name(name))
         except netsetup.NetError as exc:
             errors.append(str(exc))
-        netsetup.forwarding_release(name)
+        netsetup.host_settings_release(name)
     # 5. files
     if not errors and d.exists():
         shutil.rmtree(d)

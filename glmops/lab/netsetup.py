@@ -1,8 +1,10 @@
-"""The lab's network: a Linux bridge per lab, NAT through an nft table of its own, IPv4 forwarding.
+"""The lab's network and host settings: a Linux bridge per lab, NAT through an nft table of its
+own, IPv4 forwarding and inotify limits.
 
-Forwarding is machine-wide, so it is reference-counted across labs: the first lab up records the
-previous ``net.ipv4.ip_forward`` in ``/run/glmops-lab/ip_forward.orig``; the last lab down
-restores it and removes the record. All changes happen under ``/run/glmops-lab/lock``.
+Forwarding and the inotify limits are machine-wide, so they are reference-counted across labs
+(``/run/glmops-lab/users``): the first lab up records the previous values in
+``/run/glmops-lab/sysctl.orig.json``; the last lab down restores them and removes the record.
+All changes happen under ``/run/glmops-lab/lock``.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Iterator
 
 RUN_DIR = Path("/run/glmops-lab")
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_WATCHES = Path("/proc/sys/fs/inotify/max_user_watches")
 
 
 class NetError(RuntimeError):
@@ -117,28 +121,67 @@ def nat_down(table: str) -> None:
         _run("nft", "delete", "table", "ip", table)
 
 
-def forwarding_acquire(lab: str) -> None:
-    """Turn IPv4 forwarding on for ``lab``, remembering the machine's previous value."""
-    RUN_DIR.mkdir(parents=True, exist_ok=True)
-    orig = RUN_DIR / "ip_forward.orig"
-    users = RUN_DIR / "ip_forward.users"
-    if not orig.exists():
-        orig.write_text(IP_FORWARD.read_text().strip() + "\n")
-    names = set(users.read_text().split()) if users.exists() else set()
-    users.write_text("\n".join(sorted(names | {lab})) + "\n")
-    IP_FORWARD.write_text("1\n")
+def _settings() -> dict[Path, tuple[str, int]]:
+    """sysctl file -> (how, value): ``exact`` sets the value, ``atleast`` raises it if lower."""
+    return {IP_FORWARD: ("exact", 1),
+            # every guest systemd uses ~8 inotify instances (path units, journald, udev-less
+            # watches), all counted for uid 0: 128 (Debian's default) fits ~15 hosts machine-wide,
+            # after that guests boot `degraded` (failed .path units). kind recommends the same values.
+            INOTIFY_INSTANCES: ("atleast", 8192),
+            INOTIFY_WATCHES: ("atleast", 524288)}
 
 
-def forwarding_release(lab: str) -> None:
-    """Drop ``lab``'s claim; the last lab restores the recorded value and deletes the record."""
-    orig = RUN_DIR / "ip_forward.orig"
-    users = RUN_DIR / "ip_forward.users"
-    names = set(users.read_text().split()) if users.exists() else set()
-    names.discard(lab)
+def _read_users() -> set[str]:
+    names = set()
+    for f in (RUN_DIR / "users", RUN_DIR / "ip_forward.users"):   # ip_forward.users: older layout
+        if f.exists():
+            names |= set(f.read_text().split())
+    return names
+
+
+def _write_users(names: set[str]) -> None:
+    (RUN_DIR / "ip_forward.users").unlink(missing_ok=True)
     if names:
-        users.write_text("\n".join(sorted(names)) + "\n")
+        (RUN_DIR / "users").write_text("\n".join(sorted(names)) + "\n")
+    else:
+        (RUN_DIR / "users").unlink(missing_ok=True)
+
+
+def host_settings_acquire(lab: str) -> None:
+    """Claim the machine-wide settings a lab needs (IPv4 forwarding, inotify limits).
+
+    The first claim records the previous values in ``/run/glmops-lab/sysctl.orig.json``;
+    ``host_settings_release`` by the last lab restores them.
+    """
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    orig_file = RUN_DIR / "sysctl.orig.json"
+    orig = json.loads(orig_file.read_text()) if orig_file.exists() else {}
+    old_fwd = RUN_DIR / "ip_forward.orig"                         # older layout
+    if old_fwd.exists():
+        orig.setdefault(str(IP_FORWARD), old_fwd.read_text().strip())
+        old_fwd.unlink()
+    for path, (how, value) in _settings().items():
+        current = path.read_text().strip()
+        orig.setdefault(str(path), current)
+        if how == "exact" or int(current) < value:
+            path.write_text(f"{value}\n")
+    orig_file.write_text(json.dumps(orig, indent=1) + "\n")
+    _write_users(_read_users() | {lab})
+
+
+def host_settings_release(lab: str) -> None:
+    """Drop ``lab``'s claim; the last lab restores the recorded values and deletes the record."""
+    names = _read_users() - {lab}
+    if RUN_DIR.exists():
+        _write_users(names)
+    if names:
         return
-    if orig.exists():
-        IP_FORWARD.write_text(orig.read_text().strip() + "\n")
-        orig.unlink()
-    users.unlink(missing_ok=True)
+    orig_file = RUN_DIR / "sysctl.orig.json"
+    if orig_file.exists():
+        for path, value in json.loads(orig_file.read_text()).items():
+            Path(path).write_text(f"{value}\n")
+        orig_file.unlink()
+    old_fwd = RUN_DIR / "ip_forward.orig"
+    if old_fwd.exists():
+        IP_FORWARD.write_text(old_fwd.read_text().strip() + "\n")
+        old_fwd.unlink()

@@ -33,6 +33,7 @@ import subprocess
 from array import array
 from collections import Counter
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import click
@@ -85,18 +86,23 @@ def byte_alphabet() -> dict[int, str]:
 
 
 _WORDS = (
-    "the quick brown fox jumps over lazy dog a an and or but if then else when while for "
-    "to of in on at by with from into over under after before between model serve token "
-    "tokens prefill decode cache memory request response latency throughput batch host "
-    "node engine router worker health ready running stopped start stop deploy install "
-    "python system service unit config value key list error warning info debug hello world "
-    "lab test tiny llama weight layer head hidden attention vector matrix random seed "
-    "question answer user assistant message content role chat completion stream time "
-    "first second third one two three four five six seven eight nine ten zero is are was "
-    "were be been has have had do does did can could will would should may might must "
-    "this that these those here there what which who whom whose why how all any each few "
-    "more most other some such no nor not only own same so than too very just now"
-).split()
+    "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "a", "an", "and", "or",
+    "but", "if", "then", "else", "when", "while", "for", "to", "of", "in", "on", "at", "by",
+    "with", "from", "into", "over", "under", "after", "before", "between", "model", "serve",
+    "token", "tokens", "prefill", "decode", "cache", "memory", "request", "response", "latency",
+    "throughput", "batch", "host", "node", "engine", "router", "worker", "health", "ready",
+    "running", "stopped", "start", "stop", "deploy", "install", "python", "system", "service",
+    "unit", "config", "value", "key", "list", "error", "warning", "info", "debug", "hello",
+    "world", "lab", "test", "tiny", "llama", "weight", "layer", "head", "hidden", "attention",
+    "vector", "matrix", "random", "seed", "question", "answer", "user", "assistant", "message",
+    "content", "role", "chat", "completion", "stream", "time", "first", "second", "third",
+    "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "zero", "is",
+    "are", "was", "were", "be", "been", "has", "have", "had", "do", "does", "did", "can",
+    "could", "will", "would", "should", "may", "might", "must", "this", "that", "these",
+    "those", "here", "there", "what", "which", "who", "whom", "whose", "why", "how", "all",
+    "any", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only",
+    "own", "same", "so", "than", "too", "very", "just", "now",
+)
 
 
 def corpus() -> list[str]:
@@ -122,7 +128,7 @@ def train_bpe(lines: list[str], n_merges: int) -> list[tuple[str, str]]:
     while len(merges) < n_merges:
         pairs: Counter = Counter()
         for word, freq in words.items():
-            for a, b in zip(word, word[1:]):
+            for a, b in pairwise(word):
                 pairs[(a, b)] += freq
         if not pairs:
             break

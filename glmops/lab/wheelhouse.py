@@ -27,7 +27,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -247,7 +246,7 @@ def check_python(python: str) -> None:
 def _pip_wheel(python: str, dest: Path, args: list[str], log) -> None:
     cmd = [python, "-m", "pip", "wheel", "--disable-pip-version-check", "--wheel-dir", str(dest), *args]
     log(f"$ {' '.join(cmd)}")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         raise WheelhouseError(f"pip wheel failed (exit {proc.returncode}) for {args}:\n{tail}")
@@ -270,7 +269,7 @@ def dir_bytes(path: Path) -> int:
 
 
 def build(
-    name: "str | WheelSet",
+    name: str | WheelSet,
     root: Path | None = None,
     python: str | None = None,
     force: bool = False,
@@ -317,7 +316,7 @@ def build(
                 "system_packages": list(ws.system_packages),
                 "entrypoint": ws.entrypoint,
                 "lock": lock,
-                "python": "%d.%d" % TARGET_PYTHON,
+                "python": f"{TARGET_PYTHON[0]}.{TARGET_PYTHON[1]}",
                 "machine": TARGET_MACHINE,
                 "source": ws.source,
                 "build_seconds": seconds,
@@ -362,7 +361,7 @@ def ensure_local_venv(name: str, root: Path | None = None, venvs: Path | None = 
         steps.append([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "--yes", *man["uninstall"]])
     for cmd in steps:
         log(f"$ {' '.join(cmd)}")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
@@ -435,6 +434,19 @@ if __name__ == "__main__":  # pragma: no cover
     main()
 
 
-__all__ = ["WHEEL_SETS", "WheelSet", "WheelhouseError", "BuildResult", "build", "get_set",
-           "lock_lines", "parse_wheel_name", "parse_sets", "default_root", "is_current",
-           "read_manifest", "ensure_local_venv", "wheelhouse_cli"]
+__all__ = [
+    "WHEEL_SETS",
+    "BuildResult",
+    "WheelSet",
+    "WheelhouseError",
+    "build",
+    "default_root",
+    "ensure_local_venv",
+    "get_set",
+    "is_current",
+    "lock_lines",
+    "parse_sets",
+    "parse_wheel_name",
+    "read_manifest",
+    "wheelhouse_cli",
+]

@@ -99,6 +99,18 @@ def test_fanout_three_hosts_pulls_one_copy_and_all_verify(clean, tmp_path):
     assert {h["source"] for h in out2["hosts"]} == {"already verified"}
 
 
+def test_check_mode_reads_metadata_and_writes_nothing(clean, tmp_path):
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")
+    r, out = download_json(inv, "--check", hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert resolve_gets(env["hub"]) == [] and env["hub"].stats()["bytes_by_client"] == {}
+    assert any("/tree/" in q["path"] for q in env["hub"].stats()["requests"])  # the dry run read the listing
+    for host in HOSTS:
+        assert ssh(env["lab"], host, f"find {LOCAL} -type f 2>/dev/null").stdout.strip() == ""
+        assert ssh(env["lab"], host, "ls /var/lib/glmops/checkpoints 2>/dev/null").stdout.strip() == ""
+
+
 def test_second_group_member_cannot_break_group_writes(clean, tmp_path):
     """A file another member of the service group creates under a restrictive umask stays
     writable for the service user (setgid + default ACL); a user outside the group cannot write."""

@@ -74,7 +74,7 @@ def _units(lab) -> set[str]:
 
 
 def test_b200_agg_plan_serves_on_the_double(lab, inventory):
-    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision")
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
     assert proc.returncode == 0, proc.stdout[-5000:]
     units = {"glm-flash-b200-agg-0.service", "glm-flash-b200-agg-1.service", "glm-flash-b200-router.service"}
     assert _units(lab) == units
@@ -86,12 +86,28 @@ def test_b200_agg_plan_serves_on_the_double(lab, inventory):
     for unit, gpus in (("glm-flash-b200-agg-0", "0,1,2,3"), ("glm-flash-b200-agg-1", "4,5,6,7")):
         env = D.ssh(lab, "lab-1", f"cat /proc/$(systemctl show -p MainPID --value {unit})/environ | tr '\\0' '\\n'")
         assert f"CUDA_VISIBLE_DEVICES={gpus}" in env.stdout
-    again = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision")
+    again = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
     assert again.returncode == 0 and "changed: 0 " in again.stdout, again.stdout[-3000:]
 
 
+def test_rolling_restart_one_replica_at_a_time(lab, inventory):
+    units = ["glm-flash-b200-agg-0.service", "glm-flash-b200-agg-1.service", "glm-flash-b200-router.service"]
+    before = {u: D.main_pid(lab, "lab-1", u) for u in units}
+    proc = D.glmops("restart", "-i", str(inventory), "--topology", "agg", "--rolling")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    steps = re.findall(r"restart step (.+?): (\S+)", proc.stdout)
+    assert steps == [("agg replica 0", units[0]), ("agg replica 1", units[1]), ("router", units[2])], steps
+    after = {u: D.main_pid(lab, "lab-1", u) for u in units}
+    assert all(after[u] not in (0, before[u]) for u in units), (before, after)
+    # replica 0 was ready again before replica 1 was touched
+    t = {u: int(D.ssh(lab, "lab-1", f"systemctl show -p ExecMainStartTimestampMonotonic --value {u}").stdout)
+         for u in units}
+    assert t[units[0]] < t[units[1]] < t[units[2]]
+    assert D.completion(ENDPOINT, MODEL, max_tokens=2)["choices"][0]["text"]
+
+
 def test_b200_disagg_plan_serves_through_the_orchestrator(lab, inventory):
-    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision")
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision", "--skip-smoke")
     assert proc.returncode == 0, proc.stdout[-5000:]
     # the agg units are gone: the deployment's units are exactly the disagg Plan's
     assert _units(lab) == {"glm-flash-b200-prefill-0.service", "glm-flash-b200-decode-0.service",
@@ -103,6 +119,23 @@ def test_b200_disagg_plan_serves_through_the_orchestrator(lab, inventory):
     assert log
 
 
+@pytest.mark.parametrize("topology", ["agg", "disagg"])
+def test_sglang_plan_serves_on_the_doubles(lab, inventory, tmp_path, topology):
+    D.glmops("destroy", "-i", str(inventory), "--yes")  # the TensorRT-LLM deployment: same ports
+    for venv in ("sglang-0.5.23", "sglang-router-0.3.2"):
+        res = D.ssh(lab, "lab-1", f"test -x /opt/glmops/venvs/{venv}/bin/python || "
+                                  f"python3 -m venv --without-pip /opt/glmops/venvs/{venv}; "
+                                  f"python3 /opt/glmops-doubles-src/engine_http_double.py install "
+                                  f"--dest /opt/glmops-doubles --site /opt/glmops/venvs/{venv}/lib/python3.11/site-packages")
+        assert res.returncode == 0, res.stderr
+    sgl = D.make_inventory(lab, "lab-b200sim-sglang", tmp_path / "sglang", ["lab-1"], [])
+    proc = D.glmops("deploy", "-i", str(sgl), "--topology", topology, "--skip-provision", "--skip-smoke")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert re.search(r"glm-flash-b200-sglang-router\.service\s*│\s*ready", proc.stdout), proc.stdout[-3000:]
+    assert D.completion(ENDPOINT, MODEL, max_tokens=4)["choices"][0]["text"]
+    assert D.glmops("destroy", "-i", str(sgl), "--yes").returncode == 0
+
+
 def test_worker_stuck_loading_fails_the_deploy_with_its_journal(lab, inventory):
     """F13: /health stays 503 (the double's loading phase); /v1/models would answer."""
     gv = inventory / "group_vars" / "all.yml"
@@ -111,7 +144,7 @@ def test_worker_stuck_loading_fails_the_deploy_with_its_journal(lab, inventory):
     data["glmops_topologies"]["agg"]["pools"]["agg"]["env"] = {"DOUBLE_LOADING_503_S": "100000"}
     gv.write_text(yaml.safe_dump(data, sort_keys=False))
     D.glmops("destroy", "-i", str(inventory), "--yes")
-    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision")
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]
     assert re.search(r"glm-flash-b200-agg-[01]\.service on lab-1 is not ready after 20 s: "

@@ -69,11 +69,29 @@ def runs_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def deployed(lab, inventory, runs_dir):
     start = time.monotonic()
-    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision",
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision", "--skip-smoke",
                     env={"GLMOPS_RUNS_DIR": str(runs_dir)})
     print(f"first deploy: {time.monotonic() - start:.1f} s")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     return proc
+
+
+def test_unreachable_worker_host_fails_before_any_router_starts(lab, tmp_path, runs_dir):
+    """A worker host that is down (nothing answers at its address): non-zero exit, the
+    summary names it, and no unit (router or worker) of that deployment is started."""
+    inv = D.make_inventory(lab, "lab", tmp_path / "down", ["lab-1", "lab-2"], ["lab-3"],
+                           extra_vars={"glmops_deployment": "down"})
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    hosts["all"]["children"]["glmops_workers"]["hosts"]["lab-2"]["ansible_host"] = "10.77.60.14"
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    proc = D.glmops("deploy", "-i", str(inv), "--topology", "disagg", "--skip-provision", "--skip-smoke",
+                    env={"GLMOPS_RUNS_DIR": str(runs_dir)})
+    assert proc.returncode == 1, proc.stdout[-4000:]
+    assert re.search(r"lab-2\s*│\s*glm-down-decode-0\.service\s*│\s*UNREACHABLE", proc.stdout), proc.stdout[-3000:]
+    assert "failed lab-2: UNREACHABLE" in proc.stdout
+    for host in ("lab-1", "lab-3"):
+        left = D.ssh(lab, host, "ls /etc/systemd/system | grep -c '^glm-down-' || true").stdout.strip()
+        assert left == "0", f"{host} got units of the failed deployment"
 
 
 def test_disagg_deploy_serves_through_router(lab, deployed):
@@ -110,7 +128,7 @@ def test_deployed_units_verify_clean(lab, deployed):
 
 def test_redeploy_changes_nothing(inventory, deployed, runs_dir):
     start = time.monotonic()
-    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision",
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision", "--skip-smoke",
                     env={"GLMOPS_RUNS_DIR": str(runs_dir)})
     print(f"no-op redeploy: {time.monotonic() - start:.1f} s")
     assert proc.returncode == 0, proc.stdout[-4000:]
@@ -124,7 +142,7 @@ def test_check_diff_shows_a_change_and_changes_nothing(lab, inventory, deployed,
     data["glmops_topologies"]["disagg"]["pools"]["decode"]["engine_args"] = {"max-num-seqs": 3}
     gv.write_text(yaml.safe_dump(data, sort_keys=False))
     proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--check", "--diff",
-                    "--skip-provision", env={"GLMOPS_RUNS_DIR": str(runs_dir)})
+                    "--skip-provision", "--skip-smoke", env={"GLMOPS_RUNS_DIR": str(runs_dir)})
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "would restart glm-lab-decode-0.service" in proc.stdout + _run_stdout(runs_dir)
     assert "--max-num-seqs 3" in _run_stdout(runs_dir)  # the unit's diff
@@ -134,7 +152,7 @@ def test_check_diff_shows_a_change_and_changes_nothing(lab, inventory, deployed,
 def test_one_changed_flag_restarts_exactly_that_unit(lab, inventory, deployed, runs_dir):
     # the decode pool's max-num-seqs was changed by the previous test
     before = {h: D.main_pid(lab, h, u) for h, u in UNITS.items()}
-    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision",
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision", "--skip-smoke",
                     env={"GLMOPS_RUNS_DIR": str(runs_dir)})
     assert proc.returncode == 0, proc.stdout[-4000:]
     after = {h: D.main_pid(lab, h, u) for h, u in UNITS.items()}
@@ -200,18 +218,37 @@ def test_secrets_only_in_the_env_files(lab, deployed, runs_dir):
         assert found == "", f"secret in run artifacts: {found}"
 
 
+def test_agg_two_replicas_round_robin(lab, inventory, deployed, runs_dir):
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke",
+                    env={"GLMOPS_RUNS_DIR": str(runs_dir)})
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    agg = {"lab-1": "glm-lab-agg-0.service", "lab-2": "glm-lab-agg-1.service"}
+    for host, unit in agg.items():
+        units = D.ssh(lab, host, "ls /etc/systemd/system | grep '^glm-lab-' || true").stdout.split()
+        assert units == [unit], f"{host}: {units} (the disagg unit must be gone)"
+    mark = time.strftime("%Y-%m-%d %H:%M:%S")
+    time.sleep(1)
+    for i in range(4):
+        assert D.completion("http://10.77.60.13:8000", MODEL, prompt=f"request {i}", max_tokens=4)["choices"][0]["text"]
+    for host, unit in agg.items():
+        log = D.ssh(lab, host, f"journalctl -u {unit} --since '{mark}' --no-pager").stdout
+        served = re.findall(r'10\.77\.60\.13:\d+ - "POST /v1/completions HTTP/1.1" 200', log)
+        assert len(served) >= 1, f"{unit} served nothing: {log[-1500:]}"
+
+
 def test_stop_then_destroy_keeps_the_checkpoint(lab, inventory, deployed):
-    proc = D.glmops("stop", "-i", str(inventory), "--topology", "disagg")
+    proc = D.glmops("stop", "-i", str(inventory), "--topology", "agg")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    for host, unit in UNITS.items():
+    for host, unit in {"lab-1": "glm-lab-agg-0.service", "lab-2": "glm-lab-agg-1.service",
+                       "lab-3": "glm-lab-router.service"}.items():
         assert D.ssh(lab, host, f"systemctl is-active {unit}").stdout.strip() == "inactive"
     proc = D.glmops("destroy", "-i", str(inventory), "--topology", "disagg")
     assert proc.returncode == 2  # --yes missing
     proc = D.glmops("destroy", "-i", str(inventory), "--topology", "disagg", "--yes")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    for host, unit in UNITS.items():
-        left = D.ssh(lab, host, f"ls /etc/systemd/system/{unit} /etc/systemd/system/glm-{DEP}.target "
-                                f"/etc/glmops/{DEP} 2>/dev/null").stdout
+    for host in UNITS:
+        left = D.ssh(lab, host, f"ls /etc/systemd/system | grep '^glm-{DEP}[.-]'; "
+                                f"ls /etc/glmops/{DEP} 2>/dev/null").stdout
         assert left.strip() == "", f"{host}: {left}"
     ck = D.ssh(lab, "lab-1", "ls /models/glmops-lab/tiny-llama/*/config.json").stdout
     assert "config.json" in ck

@@ -52,16 +52,16 @@ def traces(name: str, subnet: str | None, machines: list[str]) -> list[str]:
         left.append(f"state dir: {spec.state_dir(name)}")
     if subnet:
         left += [f"address: {a} on {d}" for d, a in netsetup.ipv4_in_use() if str(a.network) == subnet]
-    users = netsetup.RUN_DIR / "ip_forward.users"
+    users = netsetup.RUN_DIR / "users"
     if users.exists() and name in users.read_text().split():
-        left.append("ip_forward claim")
+        left.append("host settings claim (ip_forward, inotify)")
     return left
 
 
 @pytest.fixture(scope="module")
 def forward_before() -> tuple[str, bool]:
-    """(ip_forward before our lab, whether another lab already held forwarding)."""
-    users = netsetup.RUN_DIR / "ip_forward.users"
+    """(ip_forward before our lab, whether another lab already held the host settings)."""
+    users = netsetup.RUN_DIR / "users"
     return netsetup.IP_FORWARD.read_text().strip(), users.exists() and bool(users.read_text().split())
 
 
@@ -162,7 +162,7 @@ def test_lab_down_leaves_no_trace(lab3, forward_before):
     assert traces(NAME, lab3.subnet, machines) == []
     assert [v for v in veths if netsetup.link_exists(v)] == []
     before, others_held = forward_before
-    users = netsetup.RUN_DIR / "ip_forward.users"
+    users = netsetup.RUN_DIR / "users"
     if not others_held and not (users.exists() and users.read_text().split()):
         assert netsetup.IP_FORWARD.read_text().strip() == before
     assert core.down(NAME, log=lambda m: None) is False  # idempotent

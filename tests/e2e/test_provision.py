@@ -114,6 +114,13 @@ def lab(tmp_path_factory):
 def test_bare_host_ends_provisioned_and_second_run_changes_nothing(lab):
     assert lab.ssh("dpkg-query -W 'nvidia-*' 2>/dev/null || true").stdout.strip() == ""
     inv = lab.inventory("good")
+    # check mode on the bare host: shows what would change, changes nothing
+    r = lab.glmops("provision", "-i", inv, "--check", "--diff")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "+Signed-By: /etc/apt/keyrings/glmops-nvidia-cuda.gpg" in r.stdout  # the --diff of the sources file
+    assert lab.ssh("dpkg-query -W 'nvidia-*' 2>/dev/null || true").stdout.strip() == ""
+    assert "glmops-" not in lab.ssh("ls /etc/apt/sources.list.d /etc/apt/keyrings").stdout
+
     r = lab.glmops("provision", "-i", inv)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
@@ -138,6 +145,8 @@ def test_bare_host_ends_provisioned_and_second_run_changes_nothing(lab):
     second = runner.run("provision", "provision.yml", inv, {}, quiet=True)
     assert second.ok, second.failures
     assert second.changed == 0, {h: s.last_task for h, s in second.hosts.items()}
+    dry = lab.glmops("provision", "-i", inv, "--check")
+    assert dry.returncode == 0 and "changed: 0 " in dry.flat
 
 
 def test_check_json_good_host(lab):

@@ -82,7 +82,7 @@ def assets():
 def lab(assets):
     """One cpu-profile lab host; removed at the end even when a test failed."""
     proc = subprocess.run([*GLMOPS, "lab", "up", "--hosts", "1", "--name", LAB, "--subnet", "auto", "--json"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]
         status = json.loads(proc.stdout)
@@ -91,11 +91,11 @@ def lab(assets):
                "-o", "ConnectTimeout=5", host["name"]]
         yield {"inventory": status["inventory"], "address": host["address"], "ssh": ssh}
     finally:
-        subprocess.run([*GLMOPS, "lab", "down", "--name", LAB], capture_output=True, text=True, timeout=120)
+        subprocess.run([*GLMOPS, "lab", "down", "--name", LAB], capture_output=True, text=True, timeout=120, check=False)
 
 
 def on_host(lab: dict, command: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*lab["ssh"], command], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([*lab["ssh"], command], capture_output=True, text=True, timeout=timeout, check=False)
     if check:
         assert proc.returncode == 0, f"{command}: rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     return proc

@@ -168,13 +168,13 @@ def test_rolling_steps_one_replica_or_pool_at_a_time():
     assert [s for s, _ in disagg] == ["prefill pool", "decode pool", "router"]
 
 
-@pytest.mark.parametrize("playbook", ["deploy.yml", "serve.yml", "status.yml", "stop.yml", "restart.yml",
-                                      "logs.yml", "destroy.yml"])
-def test_playbook_syntax(playbook):
+def test_playbook_syntax():
+    books = [str(REPO / "playbooks" / f"{verb}.yml")
+             for verb in ("deploy", "serve", "status", "stop", "restart", "logs", "destroy")]
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "--syntax-check", "-i",
-                           str(LAB_INV), str(REPO / "playbooks" / playbook)],
-                          capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
+                           str(LAB_INV), *books], capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("playbook: ") == len(books)
 
 
 # ----------------------------------------------------------------------------- host helper
@@ -258,7 +258,7 @@ def test_hostctl_ready_needs_health_200_then_one_token(engine, monkeypatch, caps
     monkeypatch.setattr(hc.time, "sleep", lambda s: None)
     spec = f"u.service|{engine}/health|{engine}/v1/completions"
     _Engine.health = 503  # loading; /v1/models already answers (F13)
-    rc = hc.main(["ready", "--timeout", "0.5", "--model", "m", "--service", spec])
+    rc = hc.main(["ready", "--timeout", "0.5", "--model", "m", "--service", spec, "--fresh", "u.service"])
     out = json.loads(capsys.readouterr().out)["services"][0]
     assert rc == 1 and not out["ready"] and "503" in out["reason"] and out["journal"] == "journal of u.service"
     assert "/v1/models" not in _Engine.seen and "/v1/completions" not in _Engine.seen
@@ -267,6 +267,10 @@ def test_hostctl_ready_needs_health_200_then_one_token(engine, monkeypatch, caps
     out = json.loads(capsys.readouterr().out)["services"][0]
     assert rc == 0 and out["ready"] and out["fresh"] and "journal" not in out
     assert _Engine.seen[-1] == "/v1/completions"
+    # left running (not fresh): its own /health suffices, no generation request
+    _Engine.seen = []
+    rc = hc.main(["ready", "--timeout", "5", "--model", "m", "--service", spec])
+    assert rc == 0 and _Engine.seen == ["/health"]
 
 
 def test_hostctl_ready_fails_fast_on_a_failed_unit(monkeypatch, capsys):

@@ -177,48 +177,52 @@ def test_sim_profiles_match_the_double():
             assert mod.PROFILES[p.double_profile]["count"] == p.gpus
 
 
-def test_ip_forward_is_restored_by_the_last_lab_only(tmp_path, monkeypatch):
+def _fake_sysctls(tmp_path, monkeypatch, fwd: str, inst: str, watches: str):
     from glmops.lab import netsetup
 
-    fwd = tmp_path / "ip_forward"
-    fwd.write_text("0\n")
+    files = {}
+    for attr, value in (("IP_FORWARD", fwd), ("INOTIFY_INSTANCES", inst), ("INOTIFY_WATCHES", watches)):
+        f = tmp_path / attr.lower()
+        f.write_text(value + "\n")
+        monkeypatch.setattr(netsetup, attr, f)
+        files[attr] = f
     monkeypatch.setattr(netsetup, "RUN_DIR", tmp_path / "run")
-    monkeypatch.setattr(netsetup, "IP_FORWARD", fwd)
-    netsetup.forwarding_acquire("a")
-    assert fwd.read_text().strip() == "1"
-    netsetup.forwarding_acquire("b")
-    netsetup.forwarding_release("a")
-    assert fwd.read_text().strip() == "1"          # b still needs it
-    netsetup.forwarding_release("a")               # twice is harmless
-    assert fwd.read_text().strip() == "1"
-    netsetup.forwarding_release("b")
-    assert fwd.read_text().strip() == "0"          # restored
+    return netsetup, {k: (lambda f=f: f.read_text().strip()) for k, f in files.items()}
+
+
+def test_host_settings_are_restored_by_the_last_lab_only(tmp_path, monkeypatch):
+    ns, val = _fake_sysctls(tmp_path, monkeypatch, "0", "128", "65536")
+    ns.host_settings_acquire("a")
+    assert (val["IP_FORWARD"](), val["INOTIFY_INSTANCES"](), val["INOTIFY_WATCHES"]()) == ("1", "8192", "524288")
+    ns.host_settings_acquire("b")
+    ns.host_settings_release("a")
+    assert val["IP_FORWARD"]() == "1" and val["INOTIFY_INSTANCES"]() == "8192"   # b still needs them
+    ns.host_settings_release("a")                                                 # twice is harmless
+    assert val["IP_FORWARD"]() == "1"
+    ns.host_settings_release("b")
+    assert (val["IP_FORWARD"](), val["INOTIFY_INSTANCES"](), val["INOTIFY_WATCHES"]()) == ("0", "128", "65536")
     assert list((tmp_path / "run").iterdir()) == []
 
 
-def test_ip_forward_already_on_stays_on(tmp_path, monkeypatch):
-    from glmops.lab import netsetup
-
-    fwd = tmp_path / "ip_forward"
-    fwd.write_text("1\n")
-    monkeypatch.setattr(netsetup, "RUN_DIR", tmp_path / "run")
-    monkeypatch.setattr(netsetup, "IP_FORWARD", fwd)
-    netsetup.forwarding_acquire("a")
-    netsetup.forwarding_release("a")
-    assert fwd.read_text().strip() == "1"
+def test_host_settings_never_lower_a_limit(tmp_path, monkeypatch):
+    ns, val = _fake_sysctls(tmp_path, monkeypatch, "1", "100000", "1000000")
+    ns.host_settings_acquire("a")
+    assert (val["IP_FORWARD"](), val["INOTIFY_INSTANCES"](), val["INOTIFY_WATCHES"]()) == ("1", "100000", "1000000")
+    ns.host_settings_release("a")
+    assert (val["IP_FORWARD"](), val["INOTIFY_INSTANCES"](), val["INOTIFY_WATCHES"]()) == ("1", "100000", "1000000")
 
 
-def test_prune_stale_images_keeps_current(tmp_path):
-    cur = tmp_path / "bookworm-aaaaaaaaaaaa.tar.zst"
-    cur.write_text("x")
-    (tmp_path / "bookworm-aaaaaaaaaaaa.rootfs").mkdir()
-    (tmp_path / "bookworm-bbbbbbbbbbbb.tar.zst").write_text("old")
-    (tmp_path / "bookworm-bbbbbbbbbbbb.rootfs" / "etc").mkdir(parents=True)
-    (tmp_path / "other.txt").write_text("not ours")
-    image._prune_stale(cur)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "bookworm-aaaaaaaaaaaa.rootfs", "bookworm-aaaaaaaaaaaa.tar.zst", "other.txt"]
-
+def test_host_settings_adopt_the_older_ip_forward_record(tmp_path, monkeypatch):
+    ns, val = _fake_sysctls(tmp_path, monkeypatch, "1", "128", "65536")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ip_forward.orig").write_text("0\n")      # written by an older lab up
+    (tmp_path / "run" / "ip_forward.users").write_text("old\n")
+    ns.host_settings_acquire("new")
+    ns.host_settings_release("new")
+    assert val["IP_FORWARD"]() == "1"                               # "old" still holds it
+    ns.host_settings_release("old")
+    assert val["IP_FORWARD"]() == "0"
+    assert list((tmp_path / "run").iterdir()) == []
 
 def test_bad_subnet_is_named(monkeypatch, tmp_path):
     monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)

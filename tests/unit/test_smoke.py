@@ -28,7 +28,7 @@ def test_lab_disagg_target_comes_from_the_plan():
     assert all(w.metrics_urls == [w.base_url + "/metrics"] for w in t.workers)
     assert {w.unit for w in t.workers} == {"glm-lab-prefill-0.service", "glm-lab-decode-0.service"}
     # the tiny lab Llama cannot answer the GLM-only checks: declared skips, never passes
-    assert set(t.skips) == {"reasoning", "tool_call", "image"}
+    assert set(t.skips) == {"reasoning", "tool_call", "image", "structured"}
     assert "tiny lab Llama" in t.skips["tool_call"]
 
 
@@ -172,3 +172,30 @@ def test_smoke_run_reports_the_tight_timeout_on_a_later_check(slow_server):
     assert by["structured"].status == sm.FAIL and "0.4 s" in by["structured"].reason
     assert by["tool_call"].status == sm.SKIP and "not selected" in by["tool_call"].reason
     assert not report.ok
+
+
+# ------------------------------------------------------------------ journal fallback
+def test_journal_reader_counts_request_lines_over_ssh(monkeypatch):
+    import subprocess
+
+    journal = (
+        'INFO:     10.77.0.13:40112 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+        'INFO:     10.77.0.13:40114 - "GET /metrics HTTP/1.1" 200 OK\n'
+        'INFO:     10.77.0.13:40116 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+        "INFO 11-29 09:00:00 loggers.py: Engine 000: Avg prompt throughput: 1.0 tokens/s\n"
+    )
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout=journal, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    read = sm.journal_reader(str(REPO / "inventories" / "lab"))
+    w = sm.Worker("glm-lab-prefill-0", "prefill", "lab-1", "glm-lab-prefill-0.service", "http://10.77.0.11:8001")
+    assert read(w, 1795941800.0) == 2
+    argv = calls[0]
+    assert argv[0] == "ssh" and "root@10.77.0.11" in argv
+    assert "--unit=glm-lab-prefill-0.service" in argv[-1] and "journalctl" in argv[-1]
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 255, "", "denied"))
+    assert read(w, 0.0) is None

@@ -58,7 +58,7 @@ class Doubles:
         self.tmp, self.procs = tmp, []
 
     def start(self, args: list[str], env: dict | None = None, name: str = "d") -> subprocess.Popen:
-        log = open(self.tmp / f"{name}.log", "w")
+        log = open(self.tmp / f"{name}.log", "w")  # noqa: SIM115 - stays open for the process
         p = subprocess.Popen([sys.executable, str(DOUBLE), *args], stdout=log, stderr=subprocess.STDOUT,
                              env={**os.environ, **(env or {})})
         self.procs.append(p)
@@ -231,7 +231,7 @@ def test_disagg_without_metrics_uses_the_journal_reader(doubles):
 
 # ------------------------------------------------------------------ CLI
 def glmops(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glmops.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "glmops.cli", *args], check=False, capture_output=True, text=True,
                           timeout=120, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
 
 

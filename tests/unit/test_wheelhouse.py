@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -18,8 +19,8 @@ def make_wheel(directory: Path, name: str, version: str, requires: tuple[str, ..
     dist = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": f"VERSION = {version!r}\n",
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s" % (
-            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     files[f"{dist}/RECORD"] = "".join(f"{p},,\n" for p in files) + f"{dist}/RECORD,,\n"
@@ -165,3 +166,20 @@ def test_default_root_follows_glmops_cache(monkeypatch, tmp_path):
     assert wh.default_root() == tmp_path / "wheelhouse"
     monkeypatch.delenv("GLMOPS_CACHE")
     assert wh.default_root() == Path(os.path.expanduser("~")) / ".cache" / "glmops" / "wheelhouse"
+
+
+def test_local_venv_installs_the_lock_and_uninstalls(local_index, tmp_path, monkeypatch):
+    ws = wh.WheelSet("demo", ("alpha==1.0",), uninstall=("beta",))
+    monkeypatch.setitem(wh.WHEEL_SETS, "demo", ws)
+    venv = wh.ensure_local_venv("demo", root=tmp_path / "wh", venvs=tmp_path / "venvs")
+    assert venv == tmp_path / "venvs" / f"demo-{ws.key()}"
+    py = venv / "bin" / "python"
+    out = subprocess.run([str(py), "-c", "import alpha; print(alpha.VERSION)"], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "1.0"
+    gone = subprocess.run([str(py), "-c", "import beta"], capture_output=True, text=True, check=False)
+    assert gone.returncode != 0 and "No module named 'beta'" in gone.stderr
+    marker = json.loads((venv / ".glmops-runtime.json").read_text())
+    assert marker == {"set": "demo", "key": ws.key()}
+    mtime = (venv / ".glmops-runtime.json").stat().st_mtime_ns
+    assert wh.ensure_local_venv("demo", root=tmp_path / "wh", venvs=tmp_path / "venvs") == venv
+    assert (venv / ".glmops-runtime.json").stat().st_mtime_ns == mtime

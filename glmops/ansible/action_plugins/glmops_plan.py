@@ -10,6 +10,7 @@ reads the inventory the play runs with, calls ``glmops.inventory.load_deployment
 Options:
   inventory: path of the inventory (default: the play's first inventory source)
   topology:  ``agg`` | ``disagg`` override (default: the inventory's ``glmops_topology``)
+  overrides: dict of variable -> value that win over the inventory (``glmops upgrade --set``)
 
 Returns (register it; plain data, no facts, so nothing lands in a fact cache):
   failed + msg listing every problem (``[CODE] path: message (hint: ...)``) on bad input;
@@ -30,7 +31,7 @@ class ActionModule(ActionBase):
     """Validate + plan on the controller; see the module docstring."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("inventory", "topology"))
+    _VALID_ARGS = frozenset(("inventory", "topology", "overrides"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -47,7 +48,7 @@ class ActionModule(ActionBase):
         from glmops.deployview import PlanProblems, plan_view
 
         try:
-            view = plan_view(inventory, topology)
+            view = plan_view(inventory, topology, self._task.args.get("overrides") or None)
         except PlanProblems as exc:
             lines = [str(p) for p in exc.problems]
             result.update(

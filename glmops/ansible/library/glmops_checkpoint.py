@@ -52,6 +52,10 @@ options:
     description: File holding the HF token (mode 0600 or stricter); missing or empty means no token.
     type: path
     no_log: false
+  remove_token_file:
+    description: Delete I(token_file) as soon as it has been read (the token then lives only in this process).
+    type: bool
+    default: false
   allow_patterns:
     description: Glob patterns of the files to fetch (snapshot_download semantics); empty means all.
     type: list
@@ -145,6 +149,7 @@ def main():
             state_dir=dict(type="path"),
             endpoint=dict(type="str", default=""),
             token_file=dict(type="path", no_log=False),
+            remove_token_file=dict(type="bool", default=False),
             allow_patterns=dict(type="list", elements="str", default=[]),
             offline=dict(type="bool", default=True),
             margin_ratio=dict(type="float", default=ck.DEFAULT_MARGIN_RATIO),
@@ -173,6 +178,11 @@ def main():
     action = p["action"]
     revision = p["revision"] or None
     try:
+        token = None
+        if action in ("download", "resolve"):
+            token = ck.read_token(p["token_file"])
+            if p["remove_token_file"] and p["token_file"] and os.path.exists(p["token_file"]):
+                os.unlink(p["token_file"])
         if action == "progress":
             data = ck.read_progress(p["progress_file"])
             data["finished"] = data.get("state") in ("done", "failed") or _job_finished(p["async_results_file"])
@@ -185,7 +195,7 @@ def main():
             if problems:
                 raise ck.CheckpointError("INPUT", "; ".join(problems))
             man = ck.resolve(p["repo"], revision, endpoint=p["endpoint"] or None,
-                             token=ck.read_token(p["token_file"]), allow_patterns=p["allow_patterns"] or None)
+                             token=token, allow_patterns=p["allow_patterns"] or None)
             module.exit_json(changed=False, commit=man.commit, manifest=man.to_dict(), verified=False)
         if action == "space":
             sc = ck.space_check(p["local_dir"], ck.Manifest.from_dict(p["manifest"]), p["margin_ratio"], p["margin_bytes"])
@@ -209,7 +219,7 @@ def main():
         # download
         out = ck.download(
             p["repo"], revision, p["local_dir"], model_dir=p["model_dir"], endpoint=p["endpoint"] or None,
-            token=ck.read_token(p["token_file"]), allow_patterns=p["allow_patterns"] or None,
+            token=token, allow_patterns=p["allow_patterns"] or None,
             state_dir=p["state_dir"], progress_file=p["progress_file"], margin_ratio=p["margin_ratio"],
             margin_bytes=p["margin_bytes"], lock_timeout_s=p["lock_timeout_s"], max_workers=p["max_workers"],
             owner=p["owner"], group=p["group"], offline=p["offline"], dry_run=module.check_mode)

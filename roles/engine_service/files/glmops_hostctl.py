@@ -13,9 +13,9 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       /etc/systemd/system that neither --unit nor --keep names; whether the user exists.
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
       -> {"services": [{unit, ready, seconds, time_to_ready, reason, journal}]}
-      readiness gate (F13): the unit is active, its own /health answers 200, then a
-      one-token completion to READY_URL answers 200 with a choice. /v1/models never
-      counts. All services are gated in parallel until S seconds; on failure the
+      readiness gate (F13): the unit is active, its own /health answers 200, then (for
+      the --fresh units, the ones just (re)started) a one-token completion to READY_URL
+      answers 200 with a choice. /v1/models never counts. All services are gated in parallel until S seconds; on failure the
       last 100 journal lines of the unit are returned. Exit 1 when any is not ready.
   status --service UNIT|HEALTH_URL ...
       -> {"services": [{unit, active, sub, pid, uptime_s, health}]}
@@ -191,7 +191,10 @@ def cmd_ready(args) -> int:
         unit, health, ready = (spec.split("|") + ["", ""])[:3]
         res: dict = {"unit": unit}
         results.append(res)
-        th = threading.Thread(target=gate, args=(unit, health, ready, args.model, deadline, res))
+        # a service left running (not --fresh) proved its one-token request when it started:
+        # its own /health is enough; the endpoint check after the router covers serving
+        one = ready if unit in args.fresh else ""
+        th = threading.Thread(target=gate, args=(unit, health, one, args.model, deadline, res))
         th.start()
         threads.append(th)
     for th in threads:

@@ -25,7 +25,8 @@ Every subcommand prints one JSON document.
       Put generation N's files back (``previous``: the newest one older than ``current``) byte for byte (atomic rename, mode/owner/group as
       recorded). With --units only those units' files; without, every file of the
       generation, files of the current generation that N does not have are removed and
-      ``current`` points at N. systemd is reloaded when a unit file changed.
+      ``current`` points at N. systemd is reloaded when a unit file changed, and the units
+      to restart get ``systemctl reset-failed`` (a unit stopped by its start limit).
       -> {"changed": bool, "number": N, "files": [PATH changed], "restart": [UNIT],
           "remove_units": [UNIT]}
 
@@ -44,7 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 UNIT_DIR = "/etc/systemd/system"
 
@@ -136,7 +137,7 @@ def cmd_list(args) -> dict:
 def cmd_record(args) -> dict:
     manifest = json.loads(base64.b64decode(args.manifest))
     manifest["number"] = args.number
-    manifest["recorded_at"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    manifest["recorded_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     bad = []
     for f in manifest["files"]:
         got = sha256(f["path"])
@@ -241,6 +242,11 @@ def cmd_restore(args) -> dict:
     if not args.check:
         if any(p.startswith(UNIT_DIR + "/") for p in changed):
             subprocess.run(["systemctl", "daemon-reload"], check=True)
+        if restart:  # a unit that failed its way to the start limit must be startable again
+            try:
+                subprocess.run(["systemctl", "reset-failed", *restart], check=False, capture_output=True)
+            except OSError:
+                pass
         if not args.units and cur != target:
             write_atomic(os.path.join(args.dir, "current"), f"{target}\n".encode(), 0o600, "root", "root")
             changed.append(os.path.join(args.dir, "current"))

@@ -1,0 +1,218 @@
+"""Generations and the day-2 steps of ``glmops upgrade`` / ``glmops rollback`` (pure, no I/O).
+
+A *generation* is what one successful deploy or upgrade placed on a host: every unit,
+env and config file (byte for byte), the engine runtimes, the checkpoint revision and
+the Plan hash. ``roles/generation`` records it on each host under
+``<state_dir>/<deployment>/generations/<N>/`` (``manifest.json`` + ``files/``) and keeps
+the newest ``generation_keep`` (default 5). This module turns what the hosts report
+(``glmops_generation.py list``) and a new Plan view (``glmops.deployview``) into:
+
+* :func:`changed_units`: which units' files differ between the current generation and the
+  new Plan (or between two generations);
+* :func:`steps`: the rolling order, one agg replica (or one disagg replica of a pool) at a
+  time, the front door last, each with the router it may be taken out of;
+* :func:`parse_sets`: ``--set key=value`` into ``load_deployment`` overrides.
+
+Router removal (measured against vllm-router 0.1.17, this repo's wheelhouse): in regular
+(agg) mode ``POST /remove_worker?url=`` and ``POST /add_worker?url=`` both work at run
+time; in PD mode (``--vllm-pd-disaggregation``) removal works but adding back fails
+("PD router requires specific add_prefill_server or add_decode_server methods"), so in
+disagg workers are restarted in place one replica at a time (the router's health checks
+and retries carry the requests to the replicas that remain) and never taken out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+#: router engines whose worker list can be changed at run time (agg only, see module doc)
+REMOVABLE_ROUTERS = {"vllm_router"}
+
+
+@dataclass
+class Step:
+    """One rolling step: ``units`` restarted together (one replica, or the front door).
+
+    ``services``: host -> [{unit, url, health_url, ready_url}] of the step;
+    ``router``: {host, url} of the front door whose worker list holds ``worker_urls``;
+    ``router_out``: take ``worker_urls`` out of that router before the restart.
+    """
+
+    name: str
+    kind: str  # workers | routers
+    units: list[str]
+    services: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    worker_urls: list[str] = field(default_factory=list)
+    router: dict[str, str] | None = None
+    router_out: bool = False
+
+    def extravar(self, **more: Any) -> dict[str, Any]:
+        """The ``glmops_step`` extra var of playbooks/upgrade.yml and rollback.yml (no secrets)."""
+        return {"kind": self.kind, "units": self.units, "services": self.services,
+                "worker_urls": self.worker_urls, "router": self.router or {"host": "", "url": ""},
+                "router_out": self.router_out, **more}
+
+
+def parse_sets(items: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """``["engine_version=0.33.0", "engine_args={max-num-seqs: 2}"]`` -> (overrides, problems).
+
+    Values are YAML (so dicts and lists work); a variable whose type is ``str`` in
+    ``glmops.variables`` keeps the text as typed (``0.40`` stays ``"0.40"``). Names may
+    omit the ``glmops_`` prefix. Problems name the item and what is accepted.
+    """
+    from glmops.variables import VARIABLES
+
+    out: dict[str, Any] = {}
+    problems = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        name = key if key.startswith("glmops_") else f"glmops_{key}"
+        if not sep or not key:
+            problems.append(f"--set {item!r}: accepted: KEY=VALUE (e.g. engine_version=0.33.0)")
+            continue
+        if name not in VARIABLES:
+            problems.append(f"--set {item!r}: unknown variable {name}; accepted: "
+                            + ", ".join(sorted(n.removeprefix("glmops_") for n in VARIABLES)))
+            continue
+        if VARIABLES[name].type == "str":
+            out[name] = text
+            continue
+        try:
+            out[name] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            problems.append(f"--set {item!r}: the value is not YAML ({exc.__class__.__name__})")
+    return out, problems
+
+
+def plan_files(plan: dict[str, Any], host: str) -> dict[str, dict[str, str]]:
+    """unit -> {path: sha256} of the files the Plan places for each unit on ``host``."""
+    hp = plan["hosts"].get(host) or {}
+    units = {s["name"]: s["unit"] for kind in ("workers", "routers") for s in hp.get(kind, {}).get("services", [])}
+    out: dict[str, dict[str, str]] = {u: {} for u in units.values()}
+    for kind in ("workers", "routers"):
+        bundle = hp.get(kind, {})
+        for f in bundle.get("files", []) + bundle.get("secret_files", []):
+            unit = units.get(f.get("service", ""))
+            if unit:
+                out[unit][f["path"]] = f["sha256"]
+    return out
+
+
+def manifest_files(manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """unit -> {path: sha256} of a generation manifest (files of no unit, e.g. the target, left out)."""
+    out: dict[str, dict[str, str]] = {u["unit"]: {} for u in manifest.get("units", [])}
+    for f in manifest.get("files", []):
+        if f.get("unit"):
+            out.setdefault(f["unit"], {})[f["path"]] = f["sha256"]
+    return out
+
+
+def changed_units(old: dict[str, dict[str, str]], new: dict[str, dict[str, str]]) -> list[str]:
+    """Units of ``new`` whose files differ from ``old`` (added units count as changed)."""
+    return [u for u, files in new.items() if old.get(u) != files]
+
+
+def current_manifests(history: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """host -> manifest of its current generation (hosts without one are left out)."""
+    out = {}
+    for host, got in history.items():
+        for g in got.get("generations", []):
+            if g.get("number") == got.get("current"):
+                out[host] = g
+    return out
+
+
+def manifest_of(history: dict[str, dict[str, Any]], host: str, number: int) -> dict[str, Any] | None:
+    for g in history.get(host, {}).get("generations", []):
+        if g.get("number") == number:
+            return g
+    return None
+
+
+def resolve_target(history: dict[str, dict[str, Any]], to: int | None) -> tuple[int | None, list[str]]:
+    """The generation ``glmops rollback [--to N]`` puts back, and the problems.
+
+    Default: the newest generation older than the current one, which must be the same on
+    every host. ``to`` must be recorded on every host that has generations.
+    """
+    problems = []
+    hosts = {h: g for h, g in history.items() if g.get("generations")}
+    if not hosts:
+        return None, ["no generation is recorded on any host: run `glmops deploy` first"]
+    currents = {h: g.get("current") for h, g in hosts.items()}
+    if len(set(currents.values())) > 1:
+        problems.append("hosts run different generations: "
+                        + ", ".join(f"{h}={c}" for h, c in sorted(currents.items()))
+                        + "; pass --to N to choose one")
+    if to is None:
+        if problems:
+            return None, problems
+        cur = next(iter(currents.values()))
+        older = sorted({g["number"] for g in next(iter(hosts.values()))["generations"]
+                        if cur is None or g["number"] < cur})
+        if not older:
+            return None, [f"no generation older than the current one ({cur}); recorded: "
+                          + ", ".join(str(g["number"]) for g in next(iter(hosts.values()))["generations"])]
+        to = older[-1]
+        problems = []
+    missing = [h for h, g in hosts.items() if to not in {x["number"] for x in g["generations"]}]
+    if missing:
+        have = sorted(set.intersection(*({x["number"] for x in g["generations"]} for g in hosts.values())))
+        return None, [(f"generation {to} is not recorded on {', '.join(sorted(missing))}; "
+                       f"recorded on every host: {', '.join(map(str, have)) or 'none'}")]
+    return to, []
+
+
+def _service(s: dict[str, Any]) -> dict[str, Any]:
+    return {k: s.get(k, "") for k in ("unit", "url", "health_url", "ready_url")}
+
+
+def steps(services: list[dict[str, Any]], changed: set[str], topology: str) -> list[Step]:
+    """The rolling order for the ``changed`` units.
+
+    ``services``: service views (``glmops.deployview``) or manifest units with ``host``
+    added: ``{unit, host, pool, replica, engine, url, health_url, ready_url}``. One step per
+    (pool, replica) of the workers in Plan order, then one step for the front door(s).
+    A worker step takes its workers out of a vllm-router only in agg and only while at
+    least one other worker of the router stays in (see the module doc).
+    """
+    routers = [s for s in services if s["pool"] == "router"]
+    router = None
+    for r in routers:
+        if r.get("engine") in REMOVABLE_ROUTERS:
+            router = {"host": r["host"], "url": r["url"]}
+            break
+    workers = [s for s in services if s["pool"] != "router"]
+    out: list[Step] = []
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for s in workers:
+        if s["unit"] in changed:
+            groups.setdefault((s["pool"], int(s.get("replica") or 0)), []).append(s)
+    for (pool, replica), members in groups.items():
+        urls = sorted({m["url"] for m in members})
+        others = [w for w in workers if w["url"] not in urls]
+        step = Step(name=f"{pool} replica {replica}", kind="workers", units=[m["unit"] for m in members],
+                    worker_urls=urls, router=router,
+                    router_out=bool(router) and topology == "agg" and bool(others))
+        for m in members:
+            step.services.setdefault(m["host"], []).append(_service(m))
+        out.append(step)
+    rchanged = [r for r in routers if r["unit"] in changed]
+    step = Step(name="router", kind="routers", units=[r["unit"] for r in rchanged])
+    for r in rchanged:
+        step.services.setdefault(r["host"], []).append(_service(r))
+    out.append(step)
+    return out
+
+
+def manifest_services(history: dict[str, dict[str, Any]], number: int) -> list[dict[str, Any]]:
+    """Every unit of generation ``number`` on every host, with ``host`` added, in start order."""
+    out = []
+    for host in history:
+        m = manifest_of(history, host, number)
+        for u in (m or {}).get("units", []):
+            out.append({**u, "host": host})
+    return sorted(out, key=lambda s: (int(s.get("start_order") or 0), s["host"], s["unit"]))
