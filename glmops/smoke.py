@@ -76,6 +76,11 @@ TOOLS = [{"type": "function", "function": {
                                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
                    "required": ["city"]}}}]
 
+# GLM reasons before it answers (seed 001): room for the reasoning, and low effort where the
+# check is not about reasoning (seed 000: chat_template_kwargs.reasoning_effort low|high|max)
+REASONING_BUDGET = 2048
+LOW_EFFORT = {"chat_template_kwargs": {"reasoning_effort": "low"}}
+
 SCHEMA = {"type": "object",
           "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
           "required": ["answer"], "additionalProperties": False}
@@ -542,7 +547,7 @@ class Smoke:
         out = {}
         for effort in ("low", "high"):
             resp = self._chat([{"role": "user", "content": "What is 2 + 2? Answer with one number."}],
-                              max_tokens=512, chat_template_kwargs={"reasoning_effort": effort})
+                              max_tokens=REASONING_BUDGET, chat_template_kwargs={"reasoning_effort": effort})
             msg = _choice(resp, f"reasoning_effort {effort}").get("message") or {}
             reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
             content = msg.get("content") or ""
@@ -559,7 +564,7 @@ class Smoke:
 
     def check_tool_call(self):
         resp = self._chat([{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}],
-                          tools=TOOLS, tool_choice="auto", max_tokens=512)
+                          tools=TOOLS, tool_choice="auto", max_tokens=REASONING_BUDGET, **LOW_EFFORT)
         ch = _choice(resp, "tool call")
         msg = ch.get("message") or {}
         calls = msg.get("tool_calls") or []
@@ -581,7 +586,8 @@ class Smoke:
     def check_structured(self):
         import jsonschema
 
-        resp = self._chat([{"role": "user", "content": "Is Paris in France? Answer as JSON."}], max_tokens=64,
+        resp = self._chat([{"role": "user", "content": "Is Paris in France? Answer as JSON."}],
+                          max_tokens=REASONING_BUDGET, **LOW_EFFORT,
                           response_format={"type": "json_schema",
                                            "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}})
         msg = _choice(resp, "structured output").get("message") or {}
@@ -618,7 +624,7 @@ class Smoke:
         url = "data:image/png;base64," + base64.b64encode(tiny_png()).decode()
         resp = self._chat([{"role": "user", "content": [
             {"type": "text", "text": "What colour is this image? One word."},
-            {"type": "image_url", "image_url": {"url": url}}]}], max_tokens=256)
+            {"type": "image_url", "image_url": {"url": url}}]}], max_tokens=REASONING_BUDGET, **LOW_EFFORT)
         msg = _choice(resp, "image").get("message") or {}
         content = (msg.get("content") or "").strip()
         if not content and not (msg.get("reasoning_content") or msg.get("reasoning")):

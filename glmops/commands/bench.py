@@ -125,6 +125,12 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
                                    f"(ssh said: {probe.stderr.strip()[:200] or 'exit ' + str(probe.returncode)}); "
                                    "install it there, or run from here with --bench-host controller")
             version = b.AIPERF_VERSION
+            if tokenizer is None:  # the controller's tokenizer path means nothing there
+                target.tokenizer = "builtin"
+                local = dep.checkpoint.local_dir if dep is not None and dep.checkpoint else ""
+                if local and subprocess.run(remote(["test", "-f", f"{local}/tokenizer.json"]), check=False,
+                                            capture_output=True, timeout=60).returncode == 0:
+                    target.tokenizer = local
     except b.BenchError as exc:
         _fail([str(exc)])
 

@@ -33,7 +33,8 @@ LIST_TASK = "Read the recorded generations"
 
 
 def _err(msg: str) -> None:
-    Console(stderr=True, highlight=False).print(msg, markup=False)
+    """One message on stderr, never wrapped (operators grep for unit names)."""
+    click.echo(msg, err=True)
 
 
 def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], str]:

@@ -165,7 +165,11 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
             engine=ENGINE, address=node.host.address, port=http, gpus=list(node.gpus), ports=ports,
             argv=argv, env=worker_env(ctx, pool, pl, rank, st),
             health_url=base.url(node.host.address, http, "/health"),
-            ready_url=base.url(node.host.address, http, "/v1/completions") if rank == 0 else "",
+            # a PD worker answers a plain request 400 (it needs the router's bootstrap fields);
+            # its /health runs a one-token generate itself (serving-clis.md), the deploy's
+            # one-token request goes through the router
+            ready_url=base.url(node.host.address, http, "/v1/completions")
+            if rank == 0 and pool.role == "agg" else "",
             start_order=base.ORDER_FOLLOWER if rank else base.ORDER_WORKER,
             replica=replica, node_rank=rank, nnodes=pl.nnodes, runtime=dep.runtime,
             image=base.image_for(dep, ENGINE),

@@ -188,13 +188,16 @@ def up(name: str = DEFAULT_NAME, hosts: int = 1, profile: str = "cpu", subnet: s
                              machine=f"{name}-{host_name(i)}"[:64], dir=str(d / "hosts" / host_name(i)))
                    for i in range(1, hosts + 1)])
         lab.save()
+        net_error: Exception | None = None
         try:
             netsetup.bridge_up(lab.bridge, gateway, subnet)
             netsetup.nat_up(lab.nft_table, lab.bridge, subnet)
             netsetup.host_settings_acquire(name)
-        except Exception as exc:
-            _cleanup_after_failure(name, keep_on_failure, log)
-            raise LabError(f"network setup failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - cleaned up below, outside the lock down() takes
+            net_error = exc
+    if net_error is not None:
+        _cleanup_after_failure(name, keep_on_failure, log)
+        raise LabError(f"network setup failed: {net_error}") from net_error
     log(f"network: bridge {lab.bridge} {gateway}/{subnet.split('/')[1]}, nft table {lab.nft_table}")
     try:
         _build_hosts(lab, log)

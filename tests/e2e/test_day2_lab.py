@@ -52,6 +52,7 @@ def lab():
     yield inv
     if not existed and not os.environ.get("GLMOPS_KEEP_LAB"):
         D.lab_down(LAB)
+        shutil.rmtree(D.LAB_ROOT / f"{LAB}-shared", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,8 @@ def runs_dir(tmp_path_factory):
 
 
 def _units(lab) -> set[str]:
-    out = D.ssh(lab, "lab-1", "ls /etc/systemd/system | grep '^glm-flash-b200-' || true").stdout
+    out = D.ssh(lab, "lab-1", "grep -l '^PartOf=glm-flash-b200.target$' /etc/systemd/system/*.service "
+                              "| xargs -rn1 basename").stdout
     return set(out.split())
 
 

@@ -168,6 +168,29 @@ def test_lab_down_leaves_no_trace(lab3, forward_before):
     assert core.down(NAME, log=lambda m: None) is False  # idempotent
 
 
+def test_failed_network_setup_is_cleaned_up(monkeypatch):
+    name = "pytest-netfail"
+    core.down(name, log=lambda m: None)
+
+    def broken_nat(*_a):
+        raise netsetup.NetError("nft: simulated failure")
+
+    monkeypatch.setattr(netsetup, "nat_up", broken_nat)
+    with pytest.raises(core.LabError, match="network setup failed: nft: simulated failure") as exc:
+        core.up(name=name, hosts=1, subnet="auto", binds=[], log=lambda m: None)
+    assert exc.value.exit_code == 1
+    assert traces(name, None, [f"{name}-lab-1"]) == []
+
+
+def test_boot_timeout_is_reported_and_cleaned_up():
+    name = "pytest-boottimeout"
+    core.down(name, log=lambda m: None)
+    with pytest.raises(core.LabError, match=r"lab-1 \(10\.77\.\d+\.11\) did not come up: timeout") as exc:
+        core.up(name=name, hosts=1, subnet="auto", binds=[], log=lambda m: None, boot_timeout=0.2)
+    assert "console tail" in str(exc.value)
+    assert traces(name, None, [f"{name}-lab-1"]) == []
+
+
 def test_sim_profile_host_has_strict_nvidia_smi():
     from glmops.lab import profiles
 

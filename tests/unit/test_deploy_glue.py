@@ -281,3 +281,40 @@ def test_hostctl_ready_fails_fast_on_a_failed_unit(monkeypatch, capsys):
     rc = hc.main(["ready", "--timeout", "600", "--service", "u.service|http://127.0.0.1:9/health|"])
     out = json.loads(capsys.readouterr().out)["services"][0]
     assert rc == 1 and "failed" in out["reason"] and out["seconds"] < 30
+
+
+def test_hostctl_ready_stops_on_a_client_error(engine, monkeypatch, capsys):
+    """A 4xx to the one-token request will not change by waiting: fail at once, with the body."""
+    hc = _hostctl()
+    monkeypatch.setattr(hc, "unit_show", lambda units: {u: {"ActiveState": "active"} for u in units})
+    monkeypatch.setattr(hc, "journal", lambda unit, lines=100: "")
+    monkeypatch.setattr(hc, "one_token", lambda *a, **k: (_ for _ in ()).throw(hc.Refused("answered 400: needs bootstrap")))
+    _Engine.health = 200
+    rc = hc.main(["ready", "--timeout", "600", "--service", f"u.service|{engine}/health|{engine}/v1/completions",
+                  "--fresh", "u.service"])
+    out = json.loads(capsys.readouterr().out)["services"][0]
+    assert rc == 1 and "400" in out["reason"] and out["seconds"] < 30
+
+
+def test_hostctl_stale_units_must_belong_to_the_deployment(tmp_path, monkeypatch, capsys):
+    """glm-flash-b200-*.service also matches deployment flash-b200-sglang's units: only
+    units PartOf= this deployment's target are stale."""
+    hc = _hostctl()
+    monkeypatch.setattr(hc, "UNIT_DIR", str(tmp_path))
+    monkeypatch.setattr(hc, "unit_show", lambda units: {u: {"ActiveState": "active"} for u in units})
+    (tmp_path / "glm-flash-b200-agg-0.service").write_text("[Unit]\nPartOf=glm-flash-b200.target\n")
+    (tmp_path / "glm-flash-b200-agg-1.service").write_text("[Unit]\nPartOf=glm-flash-b200.target\n")
+    (tmp_path / "glm-flash-b200-sglang-agg-0.service").write_text("[Unit]\nPartOf=glm-flash-b200-sglang.target\n")
+    hc.main(["state", "--glob", "glm-flash-b200-*.service", "--target", "glm-flash-b200.target",
+             "--unit", "glm-flash-b200-agg-0.service="])
+    assert json.loads(capsys.readouterr().out)["stale"] == ["glm-flash-b200-agg-1.service"]
+
+
+def test_logs_follow_ssh_command_uses_the_inventory_connection():
+    from glmops.commands.deploy import ssh_command
+
+    argv = ssh_command(str(LAB_INV), "lab-2", ["journalctl", "-f", "--unit=glm-lab-decode-0.service"])
+    assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
+    assert argv[argv.index("-i") + 1] == "/var/lib/glmops-lab/glmops/id_ed25519"
+    assert "UserKnownHostsFile=/var/lib/glmops-lab/glmops/known_hosts" in argv
+    assert argv[-2:] == ["root@10.77.0.12", "journalctl -f --unit=glm-lab-decode-0.service"]

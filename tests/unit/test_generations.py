@@ -196,3 +196,72 @@ def test_upgrade_bad_set_exits_2_before_any_host(monkeypatch):
     # a value the rules reject: every problem printed, exit 2, nothing run
     res = CliRunner().invoke(main, ["upgrade", "-i", "inventories/lab", "--set", "kv_cache_dtype=fp5"])
     assert res.exit_code == 2 and "fp5" in res.output
+
+
+def _history_of(plan: dict, number: int = 1) -> dict:
+    """What `glmops_generation.py list` would report after deploying ``plan`` (generation ``number``)."""
+    out = {}
+    for host, hp in plan["hosts"].items():
+        services = hp["workers"]["services"] + hp["routers"]["services"]
+        units = {s["name"]: s["unit"] for s in services}
+        files = [{"path": f["path"], "sha256": f["sha256"], "mode": f["mode"], "unit": units.get(f["service"], "")}
+                 for kind in ("workers", "routers") for key in ("files", "secret_files") for f in hp[kind][key]]
+        out[host] = {"current": number, "generations": [{
+            "number": number, "plan_hash": "x", "runtimes": hp["runtimes"], "files": files,
+            "units": [{**{k: s[k] for k in ("unit", "pool", "replica", "engine", "url", "health_url", "ready_url",
+                                              "start_order")}} for s in services]}]}
+    return out
+
+
+@pytest.mark.parametrize("topology,out_of_router", [("agg", True), ("disagg", False)])
+def test_upgrade_check_lists_changed_units_and_steps(monkeypatch, topology, out_of_router):
+    from click.testing import CliRunner
+
+    from glmops import runner
+    from glmops.cli import main
+    from glmops.commands import day2
+    from glmops.deployview import plan_view
+
+    monkeypatch.chdir(REPO)
+    deployed = plan_view("inventories/lab", topology)
+    ok = runner.RunResult(verb="history", rc=0, status="successful", artifacts=Path("."), seconds=0.0)
+    monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None: (
+        _history_of(deployed), ok, "/var/lib/glmops/lab/generations", list(deployed["hosts"])))
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("--check ran a playbook"))
+    cli = CliRunner()
+    res = cli.invoke(main, ["upgrade", "-i", "inventories/lab", "--topology", topology, "--check"])
+    assert res.exit_code == 0, res.output
+    assert "changed units: none" in res.output
+    res = cli.invoke(main, ["upgrade", "-i", "inventories/lab", "--topology", topology,
+                            "--set", "max_batch_size=3", "--check"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    workers = [s["unit"] for s in deployed["services"] if s["pool"] != "router"]
+    changed = res.output.split("changed units: ")[1].splitlines()[0]
+    assert sorted(changed.split(", ")) == sorted(workers)  # the router's argv did not change
+    steps = [line.strip() for line in res.output.splitlines() if line.strip().startswith("step ")]
+    assert len(steps) == len(workers) + 1 and steps[-1].startswith(f"step {len(workers) + 1}: router")
+    assert all(("out of the router first" in s) == out_of_router for s in steps[:-1])
+
+
+def test_rollback_check_picks_previous_and_rejects_unknown(monkeypatch):
+    from click.testing import CliRunner
+
+    from glmops import runner
+    from glmops.cli import main
+    from glmops.commands import day2
+    from glmops.deployview import plan_view
+
+    monkeypatch.chdir(REPO)
+    g1 = _history_of(plan_view("inventories/lab", "agg"), 1)
+    g2 = _history_of(plan_view("inventories/lab", "agg", {"glmops_max_batch_size": 3}), 2)
+    hist = {h: {"current": 2, "generations": g1[h]["generations"] + g2[h]["generations"]} for h in g1}
+    ok = runner.RunResult(verb="history", rc=0, status="successful", artifacts=Path("."), seconds=0.0)
+    monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None: (
+        hist, ok, "/var/lib/glmops/lab/generations", list(hist)))
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("--check ran a playbook"))
+    res = CliRunner().invoke(main, ["rollback", "-i", "inventories/lab", "--check"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    assert "rolling back to generation 1; changed units: glm-lab-agg-0.service, glm-lab-agg-1.service" in res.output
+    assert "agg replica 0" in res.output and "out of the router first" in res.output
+    res = CliRunner().invoke(main, ["rollback", "-i", "inventories/lab", "--to", "5"])
+    assert res.exit_code == 2 and "generation 5 is not recorded" in res.output and "1, 2" in res.output

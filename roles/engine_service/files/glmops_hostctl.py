@@ -5,12 +5,13 @@ One call per host instead of one module call per file/unit, so a no-op redeploy 
 about what ``ansible -m setup`` costs. Every subcommand prints one JSON document.
 
   state --want PATH=SHA256:MODE:OWNER:GROUP ... --unit UNIT=PATH,PATH ... --keep UNIT ...
-        --glob GLOB --user NAME
+        --glob GLOB --target TARGET --user NAME
       -> {"drifted": [PATH], "units": {UNIT: {...}}, "restart": [UNIT], "stale": [UNIT], "user": bool}
       read-only: which files differ from what the Plan wants (content hash or ``dir``,
       mode, owner, group); each unit's systemd state; the units to (re)start (one of
       its files drifted, or not active, or not enabled); units matching GLOB in
-      /etc/systemd/system that neither --unit nor --keep names; whether the user exists.
+      /etc/systemd/system, PartOf= TARGET, that neither --unit nor --keep names; whether
+      the user exists.
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
       -> {"services": [{unit, ready, seconds, time_to_ready, reason, journal}]}
       readiness gate (F13): the unit is active, its own /health answers 200, then (for
@@ -57,6 +58,18 @@ def unit_show(units: list[str]) -> dict[str, dict[str, str]]:
     return result
 
 
+def part_of(path: str, target: str) -> bool:
+    """True when the unit file says ``PartOf=<target>``: it belongs to that deployment
+    (``glm-flash-b200-*`` also matches deployment ``flash-b200-sglang``'s units)."""
+    if not target:
+        return True
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return any(line.strip() == f"PartOf={target}" for line in fh)
+    except OSError:
+        return False
+
+
 def file_state(path: str) -> str | None:
     """``SHA256:MODE:OWNER:GROUP`` of a file (``dir:...`` for a directory), None if absent."""
     try:
@@ -96,7 +109,8 @@ def cmd_state(args) -> int:
     stale = []
     if args.glob and os.path.isdir(UNIT_DIR):
         stale = sorted(n for n in os.listdir(UNIT_DIR)
-                       if fnmatch(n, args.glob) and n not in wanted and n not in args.keep)
+                       if fnmatch(n, args.glob) and n not in wanted and n not in args.keep
+                       and part_of(os.path.join(UNIT_DIR, n), args.target))
     try:
         pwd.getpwnam(args.user) if args.user else None
         has_user = True
@@ -108,6 +122,14 @@ def cmd_state(args) -> int:
             "loaded": p.get("LoadState", "")} for u, p in units.items()},
         "restart": restart, "stale": stale, "user": has_user}))
     return 0
+
+
+# answers to the one-token request (after /health 200) that waiting will not change
+PERMANENT = (400, 401, 403, 404, 405, 422)
+
+
+class Refused(Exception):
+    """The service answered the one-token request with a client error: stop waiting."""
 
 
 def http(url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -132,6 +154,8 @@ def one_token(url: str, model: str, timeout: float) -> tuple[bool, str]:
     else:
         body = {"model": model, "prompt": "hi", "max_tokens": 1}
     status, raw = http(url, body, timeout)
+    if status in PERMANENT:
+        raise Refused(f"one-token request to {url} answered {status}: {raw[:300].decode(errors='replace')}")
     if status != 200:
         return False, f"one-token request to {url} answered {status}"
     try:
@@ -160,7 +184,11 @@ def gate(unit: str, health: str, ready: str, model: str, deadline: float, out: d
             if status != 200:
                 reason = f"{health} answered {status if status > 0 else 'nothing (connection refused or timeout)'}"
             elif ready:
-                ok, reason = one_token(ready, model, timeout=max(5.0, min(60.0, deadline - time.time())))
+                try:
+                    ok, reason = one_token(ready, model, timeout=max(5.0, min(60.0, deadline - time.time())))
+                except Refused as exc:
+                    reason = str(exc)
+                    break
                 if ok:
                     break
             else:
@@ -235,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--unit", nargs="*", default=[], help="UNIT=PATH,PATH...: files the unit depends on")
     st.add_argument("--keep", nargs="*", default=[], help="other units of this deployment on the host")
     st.add_argument("--glob", default="")
+    st.add_argument("--target", default="", help="stale units must be PartOf= this target")
     st.add_argument("--user", default="")
     rd = sub.add_parser("ready")
     rd.add_argument("--timeout", type=float, required=True)
