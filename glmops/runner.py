@@ -69,6 +69,7 @@ class RunResult:
     services: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    check: bool = False
 
     @property
     def changed(self) -> int:
@@ -112,7 +113,7 @@ def run(
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
-    result = RunResult(verb=verb, rc=1, status="", artifacts=rundir, seconds=0.0)
+    result = RunResult(verb=verb, rc=1, status="", artifacts=rundir, seconds=0.0, check=check)
     view = _Progress(console, quiet)
 
     def handler(event: dict) -> bool:
@@ -138,7 +139,8 @@ def run(
         inventory=str(Path(inventory).resolve()),
         extravars=extravars or {},
         cmdline=" ".join(cmdline) or None,
-        limit=limit,
+        # the first play (validate + plan) runs on localhost: keep it inside any --limit
+        limit=f"{limit},localhost" if limit else None,
         envvars=env,
         quiet=True,
         event_handler=handler,
@@ -288,7 +290,8 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
         for unit in units:
             svc = seen.get(unit)
             if svc is None:
-                state = _host_state(stats) if stats.state != "ok" else "not reached"
+                state = _host_state(stats) if stats.state != "ok" else (
+                    "check mode: not gated" if result.check else "not reached")
                 table.add_row(host, unit, state, "-")
                 continue
             if not svc.get("ready"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -43,6 +44,7 @@ MODEL = "tiny-llama"
 WORKERS = {"lab-1": "glm-lab-agg-0.service", "lab-2": "glm-lab-agg-1.service"}
 ROUTER = ("lab-3", "glm-lab-router.service")
 FILES = "/etc/systemd/system/glm-lab* /etc/glmops/lab/*"
+FINISHED = re.compile(r'"finish_reason":\s*"(length|stop)"')  # a complete stream's last choice
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +129,9 @@ class Streams:
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=300) as resp:
             text = resp.read().decode(errors="replace")
-        if resp.status != 200 or "data: [DONE]" not in text:
-            raise RuntimeError(f"status {resp.status}, stream ended without [DONE]: {text[-200:]!r}")
+        if resp.status != 200 or "data: [DONE]" not in text or not FINISHED.search(text):
+            raise RuntimeError(f"status {resp.status}, stream ended without a finish_reason and [DONE]: "
+                               f"{text[-200:]!r}")
 
     def loop(self, i: int) -> None:
         while not self.stop.is_set():

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +43,9 @@ UNITS = {"lab-1": "glm-lab-prefill-0.service", "lab-2": "glm-lab-decode-0.servic
 
 @pytest.fixture(scope="module")
 def lab():
+    # wheel sets first: the lab binds the wheelhouse into the hosts only when it exists
+    subprocess.run([sys.executable, "-m", "glmops.lab.wheelhouse", "build", "--set", "vllm,router"],
+                   check=True, cwd=D.REPO, timeout=1800)
     existed = (D.LAB_ROOT / LAB / "inventory.yml").exists()
     inv = D.lab_up(LAB, 3, SUBNET, D.lab_binds(LAB, DEP))
     yield inv
