@@ -14,8 +14,10 @@ hold no secret (tests grep them).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -132,21 +134,22 @@ def run(
         "PYTHONUNBUFFERED": "1",
     }
     started = time.monotonic()
-    r = ansible_runner.run(
-        private_data_dir=str(rundir),
-        project_dir=str(REPO),
-        playbook=str(PLAYBOOKS / playbook),
-        inventory=str(Path(inventory).resolve()),
-        extravars=extravars or {},
-        cmdline=" ".join(cmdline) or None,
-        # the first play (validate + plan) runs on localhost: keep it inside any --limit
-        limit=f"{limit},localhost" if limit else None,
-        envvars=env,
-        quiet=True,
-        event_handler=handler,
-        ident="run",
-        rotate_artifacts=0,
-    )
+    with _secrets_out_of_environ():
+        r = ansible_runner.run(
+            private_data_dir=str(rundir),
+            project_dir=str(REPO),
+            playbook=str(PLAYBOOKS / playbook),
+            inventory=str(Path(inventory).resolve()),
+            extravars=extravars or {},
+            cmdline=" ".join(cmdline) or None,
+            # the first play (validate + plan) runs on localhost: keep it inside any --limit
+            limit=f"{limit},localhost" if limit else None,
+            envvars=env,
+            quiet=True,
+            event_handler=handler,
+            ident="run",
+            rotate_artifacts=0,
+        )
     result.seconds = time.monotonic() - started
     result.status = r.status
     result.rc = 0 if (r.rc == 0 and r.status == "successful") else 1
@@ -157,6 +160,31 @@ def run(
         text = tail.read_text(errors="replace").strip().splitlines()[-20:] if tail.exists() else []
         result.failures.append(f"ansible-runner {r.status} (rc {r.rc}): " + "\n".join(text))
     return result
+
+
+# Environment variables that hold secrets. ansible-runner writes the whole environment of the
+# run into its artifacts (artifacts/<ident>/command), so these are taken out of the environment
+# for the duration of the run; secrets reach hosts only through 0600 files or no_log vars.
+_SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def secret_env_names(environ: dict[str, str] | None = None) -> list[str]:
+    """Names in ``environ`` (default ``os.environ``) that look like secrets (HF_TOKEN,
+    VLLM_API_KEY, ...). Paths to secret files (``*_FILE``, e.g. ANSIBLE_VAULT_PASSWORD_FILE)
+    are not secrets and stay."""
+    environ = os.environ if environ is None else environ
+    return [k for k in environ if _SECRET_ENV.search(k) and not k.upper().endswith("_FILE")]
+
+
+@contextlib.contextmanager
+def _secrets_out_of_environ():
+    """Remove secret-looking variables from ``os.environ`` while ansible-runner runs, then
+    put them back, so no run artifact holds them."""
+    saved = {k: os.environ.pop(k) for k in secret_env_names()}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _collect(result: RunResult, event: dict) -> None:
