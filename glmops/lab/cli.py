@@ -40,7 +40,8 @@ def lab() -> None:
 @click.option("--bind", "binds", multiple=True, metavar="SRC:DST[:rw]",
               help="Extra directory to bind into every host (read-only unless :rw). Repeatable.")
 @click.option("--no-default-binds", is_flag=True,
-              help="Do not bind ~/.cache/glmops/{wheelhouse,models} into the hosts.")
+              help="Do not bind ~/.cache/glmops/{wheelhouse,models} into the hosts (and, for the cpu "
+                   "profile, do not prepare the lab's serving kit: wheel sets, tiny model, shared KV dir).")
 @click.option("--install-missing", is_flag=True, help="apt-get install missing tools (systemd-container, debootstrap, nftables, zstd).")
 @click.option("--keep-on-failure", is_flag=True, help="Leave a failed lab in place for inspection.")
 @click.option("--timeout", type=float, default=90.0, show_default=True, help="Seconds to wait for the hosts to boot.")
@@ -50,10 +51,12 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
     """Boot N hosts on a private bridge and write an Ansible inventory for them."""
     from glmops.lab import core
 
-    problems, parsed = [], [] if no_default_binds else default_binds()
+    from glmops.lab import kit
+
+    problems, explicit = [], []
     for text in binds:
         try:
-            parsed.append(Bind.parse(text))
+            explicit.append(Bind.parse(text))
         except ValueError as exc:
             problems.append(str(exc))
     if problems:
@@ -62,6 +65,16 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
     if install_missing and not core.root_problem():
         core.install_missing_tools(lambda m: err.print(f"[dim]{m}[/dim]"))
     t0 = time.monotonic()
+    defaults: list[Bind] = []
+    if not no_default_binds:
+        if profile == "cpu" and not core.root_problem():
+            # the serving kit inventories/lab deploys from (glmops/lab/kit.py), cached
+            with err.status("lab: wheel sets and the lab model (cached after the first time)", spinner="dots"):
+                kit_binds = kit.prepare(name, log=lambda m: err.print(f"[dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+        else:
+            kit_binds = []
+        defaults = default_binds() + kit_binds
+    parsed = kit.merge(defaults, explicit)
     try:
         with err.status(f"lab {name}: booting {count} host(s)", spinner="dots"):
             st = core.up(name=name, hosts=count, profile=profile, subnet=subnet, binds=parsed,
