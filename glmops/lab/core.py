@@ -405,6 +405,8 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
     # 5. files
     if not errors and d.exists():
         shutil.rmtree(d)
+    if not errors and spec.shared_dir(name).exists():
+        shutil.rmtree(spec.shared_dir(name))
     try:
         spec.STATE_ROOT.rmdir()
     except OSError:

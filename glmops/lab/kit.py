@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from glmops.lab.spec import STATE_ROOT, Bind
+from glmops.lab.spec import Bind, shared_dir
 
 # wheel sets inventories/lab installs (glmops.lab.wheelhouse.WHEEL_SETS keys)
 KIT_WHEEL_SETS = ("vllm", "router", "hub")
@@ -38,7 +38,7 @@ def prepare(lab_name: str, log: Callable[[str], None] = print) -> list[Bind]:
         log(f"wheel set {name}: " + ("cached" if res.cached else f"built in {res.seconds:.0f} s"))
     model = ensure_tiny_model()
     log(f"lab model {model.repo_id} at {model.commit[:12]}")
-    shared = STATE_ROOT / f"{lab_name}-shared" / "kv"
+    shared = shared_dir(lab_name) / "kv"
     shared.mkdir(parents=True, exist_ok=True)
     shared.chmod(0o1777)
     return [Bind(str(model.path), f"/models/glmops-lab/tiny-llama/{TINY_LLAMA_COMMIT}"),

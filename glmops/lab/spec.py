@@ -144,6 +144,12 @@ class LabState:
         return cls(**data)
 
 
+def shared_dir(name: str) -> Path:
+    """A directory all hosts of lab ``name`` share read-write (the cpu profile's KV dir);
+    beside the state dir, removed by ``lab down``."""
+    return STATE_ROOT / f"{name}-shared"
+
+
 def state_dir(name: str) -> Path:
     return STATE_ROOT / name
 
