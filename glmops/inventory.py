@@ -301,8 +301,26 @@ def load_deployment(
     ``router.port`` ...) to ``<file>:<variable path>``; ``extra["problems"]`` holds the type/shape
     problems found while reading. Catalog-key and cross-field checks are ``glmops.rules``'.
 
-    Raises ValidationError only when the inventory cannot be parsed or has no hosts.
+    Raises ValidationError only when the inventory cannot be parsed (including a YAML error in
+    group_vars/host_vars, reported as code ``INVENTORY`` with Ansible's message) or has no hosts.
     """
+    from ansible.errors import AnsibleError
+
+    try:
+        return _load_deployment(inventory_path, topology, overrides)
+    except AnsibleError as exc:
+        first = str(getattr(exc, "message", "") or exc).strip().splitlines()
+        raise ValidationError([Problem(
+            "INVENTORY", _display_path(str(inventory_path)),
+            f"cannot read the inventory's variables: {first[0] if first else type(exc).__name__}",
+            "fix the YAML of group_vars/ and host_vars/ files (each must be a mapping)")]) from None
+
+
+def _load_deployment(
+    inventory_path: str | os.PathLike[str],
+    topology: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Deployment:
     from glmops import catalog as catalog_mod
 
     cat = catalog_mod.load()

@@ -155,6 +155,7 @@ def check(dep: Deployment) -> list[Problem]:
     GPUs, memory, the seeds' constraints and the field cases. Empty list = valid."""
     cat = catalog_mod.load()
     out: list[Problem] = list(dep.extra.get("problems") or [])
+    _check_names(dep, out)
     known = _check_keys(dep, cat, out)
     if not known:
         return _dedupe(out)
@@ -178,6 +179,34 @@ def check(dep: Deployment) -> list[Problem]:
     _check_side_channels(dep, out)
     _check_router_policy(dep, cat, out)
     return _dedupe(out)
+
+
+# The deployment name goes into unit, env and config file names on every host: keep it a plain
+# name (no '/', '..', spaces), like a systemd unit name component.
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+# Engine flags that would put a secret on the command line (argv is world-readable in /proc and
+# lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault.
+_SECRET_FLAG_RE = re.compile(r"(^|-|_)(api-?key|token|secret|password)($|-|_)", re.IGNORECASE)
+
+
+def _check_names(dep: Deployment, out: list[Problem]) -> None:
+    """Deployment name safe for file and unit names; no secret-bearing engine flags."""
+    if not _NAME_RE.match(dep.name or ""):
+        out.append(Problem(
+            "DEPLOYMENT_NAME", dep.source("name"),
+            f"deployment name {dep.name!r} is not accepted: use 1-40 characters a-z, 0-9 and '-', "
+            "starting with a letter or digit (it names units and files on every host)",
+            "set glmops_deployment, e.g. flash-b200"))
+    scopes = [("engine_args", dep.engine_args)] + [
+        (f"pools.{p.role}.engine_args", p.engine_args) for p in dep.pools]
+    for where, args in scopes:
+        for flag in args or {}:
+            if _SECRET_FLAG_RE.search(str(flag).lstrip("-")):
+                out.append(Problem(
+                    "SECRET_IN_ARGV", dep.source(where) if where == "engine_args" else f"{dep.source('pools')}.{where}",
+                    f"engine flag {flag!r} would put a secret on the command line (argv, unit file); "
+                    "accepted: secrets only through the environment",
+                    "put it in glmops_env (written to a 0600 env file), e.g. VLLM_API_KEY, from Ansible Vault"))
 
 
 # front-door kind (glmops.plan.router_kind) -> catalog engine entry listing its --policy choices

@@ -51,7 +51,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
     """Boot N hosts on a private bridge and write an Ansible inventory for them."""
     from glmops.lab import core
 
-    from glmops.lab import kit
+    from glmops.lab import kit, profiles
 
     problems, explicit = [], []
     for text in binds:
@@ -59,6 +59,11 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
             explicit.append(Bind.parse(text))
         except ValueError as exc:
             problems.append(str(exc))
+    # every problem at once, before anything is installed, built or created
+    problems += [p for p in (core.check_name(name) + profiles.check_profile(profile)
+                             + core.root_problem()) if p not in problems]
+    if not 1 <= count <= core.MAX_HOSTS:
+        problems.append(f"--hosts {count}: accepted 1..{core.MAX_HOSTS}")
     if problems:
         _problems(core.LabError(problems))
         sys.exit(2)

@@ -191,3 +191,18 @@ def test_inventory_file_path_reads_adjacent_group_vars(tmp_path):
     inv = write_inventory(tmp_path / "inv", vllm_b200_disagg(glmops_kv_cache_dtype="fp8"))
     dep = load_deployment(inv / "hosts.yml")
     assert dep.kv_cache_dtype == "fp8" and dep.name == "inv"
+
+
+def test_yaml_error_in_group_vars_is_a_problem_not_a_traceback(tmp_path):
+    import pytest as _pytest
+
+    from glmops.model import ValidationError
+    from inventory_factory import vllm_b200_disagg, write_inventory
+
+    root = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    with open(root / "group_vars" / "all.yml", "a") as fh:
+        fh.write("glmops_env: [unclosed\n")
+    with _pytest.raises(ValidationError) as err:
+        load_deployment(root)
+    (problem,) = err.value.problems
+    assert problem.code == "INVENTORY" and "YAML" in problem.message

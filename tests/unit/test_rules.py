@@ -600,3 +600,24 @@ def test_router_policy_must_be_one_the_router_accepts(tmp_path, engine, policy, 
         msg = found[0].message
         assert repr(policy) in msg and "accepted:" in msg and "round_robin" in msg
         assert found[0].path.endswith("router.policy")
+
+
+# ---------------------------------------------------------------------------- names and secrets
+
+
+@pytest.mark.parametrize("name", ["bad name/../x", "../../tmp/ESCAPED", "Upper", ""])
+def test_deployment_name_must_be_safe_for_unit_and_file_names(tmp_path, name):
+    _dep, _plan, problems = run(tmp_path, vllm_b200_disagg(glmops_deployment=name or "-"))
+    found = [p for p in problems if p.code == "DEPLOYMENT_NAME"]
+    assert len(found) == 1 and "glmops_deployment" in found[0].path
+    assert "a-z, 0-9" in found[0].message
+
+
+def test_secret_engine_flags_are_refused_with_every_other_problem(tmp_path):
+    gv = vllm_b200_disagg(glmops_engine_args={"api-key": "sk-NOT-IN-ARGV", "max-num-batched-tokens": 4096},
+                          glmops_deployment="ok-name")
+    gv["glmops_topologies"]["disagg"]["pools"]["decode"]["engine_args"] = {"hf_token": "hf_x"}
+    _dep, _plan, problems = run(tmp_path, gv)
+    found = sorted(p.message.split("'")[1] for p in problems if p.code == "SECRET_IN_ARGV")
+    assert found == ["api-key", "hf_token"]  # token-count flags are not secrets
+    assert all("sk-NOT-IN-ARGV" not in str(p) for p in problems)
