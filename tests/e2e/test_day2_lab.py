@@ -62,6 +62,9 @@ def inventory(lab, tmp_path_factory):
     out = tmp_path_factory.mktemp("inv") / "lab"
     return D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"],
                             extra_vars={"glmops_topology": "agg",
+                                        # a replica restarting while 4 streams load the other one
+                                        # on 2 shared cores has taken over 600 s to load
+                                        "glmops_readiness_timeout_s": 1500,
                                         "glmops_env": {"GLMOPS_E2E_API_KEY": D.SECRET_API_KEY}})
 
 
