@@ -18,12 +18,10 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from glmops.model import Deployment, HostSpec, PoolSpec
 
-CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
 
 # Start order (lower first), see glmops.model.Service.
 ORDER_FOLLOWER = 5
@@ -48,16 +46,11 @@ PORT_BASES = {
 # --------------------------------------------------------------------------- catalog
 
 
-@lru_cache(maxsize=None)
 def _catalog_file(name: str) -> dict[str, Any]:
-    import yaml
+    """The parsed ``glmops/catalog/<name>.yaml``, from the one catalog loader (cached there)."""
+    from glmops import catalog
 
-    path = CATALOG_DIR / f"{name}.yaml"
-    if not path.exists():
-        return {}
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with path.open(encoding="utf-8") as fh:
-        return yaml.load(fh, Loader=loader) or {}
+    return catalog.load().data.get(name) or {}
 
 
 class Catalog:
