@@ -55,7 +55,7 @@ def _checkers() -> dict[str, Callable[[Any], Any]]:
 
         def _str(value: Any) -> str:
             if isinstance(value, (dict, list, bool)) or value is None:
-                raise TypeError(f"{type(value).__name__} cannot be converted to a str")
+                raise TypeError(f"{_type_name(value)} cannot be converted to a str")
             return str(value)
 
         def _int(value: Any) -> int:
@@ -65,7 +65,7 @@ def _checkers() -> dict[str, Callable[[Any], Any]]:
 
         def _dict(value: Any) -> dict:
             if not isinstance(value, dict):
-                raise TypeError(f"{type(value).__name__} is not a dict")
+                raise TypeError(f"{_type_name(value)} is not a mapping")
             return value
 
         def _list(value: Any) -> list:
@@ -75,6 +75,15 @@ def _checkers() -> dict[str, Callable[[Any], Any]]:
 
         _CHECKERS = {"str": _str, "int": _int, "bool": v.check_type_bool, "dict": _dict, "list": _list}
     return _CHECKERS
+
+
+def _type_name(value: Any) -> str:
+    """The plain YAML word for ``value``'s type (Ansible's tagged str/list/dict read as plain)."""
+    for kind, word in ((bool, "bool"), (str, "str"), (int, "int"), (float, "float"), (dict, "mapping"),
+                       (list, "list"), (type(None), "null")):
+        if isinstance(value, kind):
+            return word
+    return type(value).__name__
 
 
 _TYPE_WORDS = {"str": "a string", "int": "an integer", "bool": "a boolean", "dict": "a mapping", "list": "a list"}
@@ -137,7 +146,7 @@ class _Reader:
             self.problem(
                 "TYPE",
                 path,
-                f"value {value!r} is {type(plain(value)).__name__}; accepted: {want} ({exc})",
+                f"value {value!r} is {_type_name(value)}; accepted: {want} ({exc})",
                 "fix the value's type in the inventory",
             )
             return False, default

@@ -493,15 +493,40 @@ def _check_kv_dtype(dep: Deployment, model: dict, hw: dict, backend: dict, out: 
                      f"kv_cache_dtype {value!r} needs Blackwell; {hw.get('name')} is {hw.get('arch')}; accepted: auto, bf16, fp8")
 
 
+#: keys of the engine-neutral speculative mapping (``glmops_speculative``); engines/vllm.py passes
+#: method + num_speculative_tokens through, engines/sglang.py also reads the EAGLE names of seed 001
+SPECULATIVE_KEYS = frozenset({"method", "num_speculative_tokens", "num_steps", "num_draft_tokens", "topk"})
+
+
 def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None:
     trt = dep.engine == "trtllm"
+    backend = catalog_mod.load().engines.get(_backend(dep)) or {}
     for pool in dep.pools:
         spec = pool.speculative
         if not spec:
             continue
         where = _src(dep, f"pools.{pool.role}.speculative", "speculative", "glmops_speculative")
+        if not isinstance(spec, dict):
+            _problem(out, "SPECULATIVE", where, f"speculative {spec!r} is not a mapping; accepted: "
+                     "{method: <method>, num_speculative_tokens: <int>} or {method: none}")
+            continue
         method = str(spec.get("method", "")).lower()
-        if method in ("", "none", "off"):
+        if method in ("none", "off"):
+            continue
+        accepted = [str(m) for m in (backend.get("speculative") or {}).get("methods", [])]
+        keys = SPECULATIVE_KEYS | ({"max_draft_len"} if trt else set())
+        unknown = sorted(map(str, set(spec) - keys))
+        if unknown:
+            _problem(out, "SPECULATIVE", where, f"speculative key(s) {', '.join(map(repr, unknown))} are not accepted; "
+                     f"accepted: {', '.join(sorted(keys))}")
+        if method not in accepted and not trt:
+            _problem(out, "SPECULATIVE", where,
+                     f"speculative method {spec.get('method')!r} is not accepted on {_backend(dep)}; "
+                     f"accepted: {', '.join(accepted + ['none'])}")
+        for key in sorted(keys - {"method", "max_draft_len"} - ({"num_speculative_tokens"} if trt else set())):
+            if key in spec and (isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < 1):
+                _problem(out, "SPECULATIVE", where, f"speculative {key} {spec[key]!r} is not accepted; accepted: an integer >= 1")
+        if method == "":
             continue
         if method == "mtp" and int(model.get("mtp_layers", 1) or 0) < 1:
             _problem(out, "SPECULATIVE", where, f"{model.get('name')} has no MTP layer; accepted: method none")
@@ -526,7 +551,6 @@ def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None
                     _problem(out, "MTP_DRAFT_LEN",
                              _src(dep, f"pools.{pool.role}.engine_config.speculative_config", "engine_config.speculative_config"),
                              f"speculative_config.max_draft_len {n!r} is not accepted; accepted: 1..5 (seed 000)")
-    backend = catalog_mod.load().engines.get(_backend(dep)) or {}
     if dep.topology == "disagg" and (backend.get("speculative") or {}).get("equal_on_both_pools", True):
         pre, dec = dep.pool("prefill"), dep.pool("decode")
         if pre and dec:

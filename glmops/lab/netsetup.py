@@ -100,7 +100,23 @@ def bridge_up(bridge: str, gateway: str, subnet: str) -> None:
     _run("ip", "link", "set", bridge, "up")
 
 
+def bridge_ports(bridge: str) -> list[str]:
+    """Names of the interfaces enslaved to ``bridge`` (the hosts' ``vb-*`` veth ends)."""
+    if not link_exists(bridge):
+        return []
+    out = json.loads(_run("ip", "-j", "link", "show", "master", bridge, check=False).stdout or "[]")
+    return [link["ifname"] for link in out]
+
+
 def bridge_down(bridge: str) -> None:
+    """Delete ``bridge`` and the veth ends still enslaved to it.
+
+    The kernel removes a stopped container's veth pair only when its network namespace is
+    cleaned up, which can lag the processes' exit; a leftover ``vb-*`` end makes the next
+    ``systemd-nspawn --network-bridge`` of the same machine name fail with "File exists".
+    """
+    for port in bridge_ports(bridge):
+        _run("ip", "link", "del", port, check=False)
     if link_exists(bridge):
         _run("ip", "link", "del", bridge)
 

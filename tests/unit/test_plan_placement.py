@@ -133,7 +133,8 @@ def test_cpu_lab_disagg_renders_vllm_cpu_with_example_connector():
     assert got["kv-transfer-config"] == {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
                                          "kv_connector_extra_config": {"shared_storage_path": "/var/lib/glmops/t/kv-shared"}}
     assert "tool-call-parser" not in got and "compilation-config" not in got and "speculative-config" not in got
-    assert pre.env == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    assert pre.env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
+                       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     router = next(s for s in p.services if s.role == "router")
     assert flags(router.argv, 1)["prefill"] == "http://10.77.0.11:8001"
 

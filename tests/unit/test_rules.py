@@ -136,6 +136,37 @@ def test_mtp_max_draft_len_on_trtllm(tmp_path, n, ok):
         assert repr(n) in problems[0].message and "accepted: 1..5" in problems[0].message
 
 
+@pytest.mark.parametrize("spec,needle", [
+    ({"method": "medusa", "num_speculative_tokens": 3}, "'medusa' is not accepted on vllm; accepted: mtp, none"),
+    ({"method": "mtp", "num_speculative_tokens": -2}, "num_speculative_tokens -2 is not accepted; accepted: an integer >= 1"),
+    ({"method": "mtp", "num_speculative_tokens": "3"}, "num_speculative_tokens '3' is not accepted"),
+    ({"method": "mtp", "num_speculative_tokns": 3}, "key(s) 'num_speculative_tokns' are not accepted"),
+])
+def test_bad_speculative_settings_on_vllm_are_refused(tmp_path, spec, needle):
+    """Every engine checks the engine-neutral speculative mapping: method against the backend's
+    catalog ``speculative.methods``, counts as integers >= 1, no unknown key (a typo is not ignored)."""
+    gv = vllm_b200_disagg(glmops_speculative=spec)
+    _d, _p, problems = run(tmp_path, gv)
+    spec_problems = [p for p in problems if p.code == "SPECULATIVE"]
+    assert spec_problems, problems
+    assert any(needle in p.message for p in spec_problems), [p.message for p in spec_problems]
+    assert all("glmops_speculative" in p.path for p in spec_problems)
+
+
+def test_speculative_that_is_not_a_mapping_names_plain_types(tmp_path):
+    _d, _p, problems = run(tmp_path, vllm_b200_disagg(glmops_speculative="mtp"))
+    assert codes(problems) == ["TYPE"]
+    assert "value 'mtp' is str; accepted: a mapping" in problems[0].message
+    assert "Ansible" not in problems[0].message and "Tagged" not in problems[0].message
+
+
+def test_every_speculative_problem_is_reported_at_once(tmp_path):
+    gv = vllm_b200_disagg(glmops_speculative={"method": "medusa", "num_speculative_tokens": 0, "depth": 2})
+    _d, _p, problems = run(tmp_path, gv)
+    msgs = " | ".join(p.message for p in problems if p.code == "SPECULATIVE")
+    assert "'medusa'" in msgs and "num_speculative_tokens 0" in msgs and "'depth'" in msgs
+
+
 def test_mtp_max_draft_len_in_engine_config(tmp_path):
     gv = trtllm_b200("agg", glmops_engine_config={"speculative_config": {"decoding_type": "MTP", "max_draft_len": 7}})
     _d, _p, problems = run(tmp_path, gv)
