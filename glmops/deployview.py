@@ -10,7 +10,7 @@ validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan
      target_name,                       # glm-<dep>.target
      unit_glob,                         # glm-<dep>-*.service: what belongs to this deployment
      services: [service view],          # all, in start order
-     hosts: {host: {units: [unit], runtimes: [{engine, version, venv}], target: file + {name},
+     hosts: {host: {units: [unit], runtimes: [{engine, version, venv | mode+image+tag, pins}], target: file + {name},
                     workers: bundle, routers: bundle}},
        bundle: {services: [service view], files: [file], secret_files: [file]}
      worker_hosts: [host], router_hosts: [host]}
@@ -125,15 +125,22 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
 
 
 def _runtime(dep: Deployment, svc: Service) -> dict[str, str] | None:
-    """The venv a venv-runtime service runs from: {engine, version, venv}, else None."""
+    """The venv a venv-runtime service runs from: {engine, version, venv, pins}; for the container
+    runtime {engine, version, mode: container, image (the seed's), tag (the derived image the unit
+    runs), pins}; else None (pins: glmops.runtime.engine_pins, see roles/engine_runtime)."""
     from glmops.engines import base
+    from glmops.runtime import engine_pins
 
+    if svc.runtime == "container" and svc.image:  # roles/engine_runtime container mode
+        return {"engine": svc.engine, "version": base.engine_version(dep, svc.engine), "mode": "container",
+                "image": base.seed_image(dep, svc.engine), "tag": svc.image, "pins": engine_pins(dep, svc.engine)}
     if svc.runtime != "venv" or not svc.argv:
         return None
     venv = base.venv_dir(dep, svc.engine)
     if not svc.argv[0].startswith(venv + "/"):
         return None
-    return {"engine": svc.engine, "version": base.engine_version(dep, svc.engine), "venv": venv}
+    return {"engine": svc.engine, "version": base.engine_version(dep, svc.engine), "venv": venv,
+            "pins": engine_pins(dep, svc.engine)}
 
 
 def _bundle() -> dict[str, list]:

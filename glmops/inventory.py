@@ -614,9 +614,15 @@ def _check_same_on_workers(workers: list, layers: _Layers, first_layers: list, r
     the same groups and no own glmops_ vars share the first worker's answer, so this costs one
     lookup per distinct group set, not per host."""
     first = workers[0]
-    seen: set[tuple] = {tuple(g.name for g in first.get_groups())}
+
+    def has_own(host: Any) -> bool:
+        return any(k.startswith("glmops_") and k not in HOST_VARIABLES for k in host.vars) \
+            or host.name in layers.host_var_names
+
+    # hosts with the first worker's groups share its answer only when the first has no own vars
+    seen: set[tuple] = set() if has_own(first) else {tuple(g.name for g in first.get_groups())}
     for host in workers[1:]:
-        own = any(k.startswith("glmops_") and k not in HOST_VARIABLES for k in host.vars) or host.name in layers.host_var_names
+        own = has_own(host)
         signature = tuple(g.name for g in host.get_groups())
         if not own and signature in seen:
             continue

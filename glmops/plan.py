@@ -175,18 +175,24 @@ def place(dep: Deployment, pools: list[PoolSpec]) -> list[Placement]:
     return out
 
 
-def _http_wants(dep: Deployment, placements: list[Placement], single_front: bool, front_port: int) -> None:
+def _http_wants(dep: Deployment, placements: list[Placement], single_front: bool, front_port: int,
+                front_host: str, notes: list[str]) -> None:
     seen: dict[tuple[str, str], int] = {}
+    moved: set[tuple[str, str]] = set()
     for pl in placements:
         if single_front:
             pl.http_want = front_port
         elif pl.pool.port is not None:
             key = (pl.pool.role, pl.head.host.name)
             start = int(pl.pool.port)
-            if start == front_port:
-                # the pool's port is the endpoint's (a one-replica layout grown to several):
-                # the front door keeps it and the replicas take the ports after it
+            if start == front_port and pl.head.host.name == front_host:
+                # the pool's port is the endpoint's on the same host (a one-replica layout grown
+                # to several): the front door keeps it and the replicas take the ports after it
                 start += 1
+                if key not in moved:
+                    moved.add(key)
+                    notes.append(f"pool {pl.pool.role} port {front_port} is the router's port on {front_host}: "
+                                 f"its replicas there listen from {start}")
             pl.http_want = start + seen.get(key, 0)
             seen[key] = seen.get(key, 0) + 1
 
@@ -229,7 +235,7 @@ def _build(dep: Deployment) -> Plan:
     single_front = kind == "none"
     if not single_front:
         ctx.alloc(front_host).take(ctx.front_port, 1, want=ctx.front_port)
-    _http_wants(dep, placements, single_front, ctx.front_port)
+    _http_wants(dep, placements, single_front, ctx.front_port, front_host, ctx.notes)
 
     workers: list[Service] = []
     for pl in placements:
@@ -255,8 +261,6 @@ def _build(dep: Deployment) -> Plan:
     if missing:
         notes.append(f"container runtime but no image for {', '.join(missing)}: set glmops_image "
                      "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
-    if dep.engine == "dynamo" and len(hosts_used) > 1:
-        notes.append(f"dynamo discovery: etcd on {front_host}:{base.PORT_BASES['etcd']}")
     for svc in workers + front:
         _plain_service(svc)
     return Plan(

@@ -158,6 +158,22 @@ def check(dep: Deployment) -> list[Problem]:
     _check_names(dep, out)
     known = _check_keys(dep, cat, out)
     if not known:
+        # the checks that need only the parts that are known still run: every problem at once
+        model = cat.models.get(dep.model) if isinstance(dep.model, str) else None
+        variant = (model or {}).get("variants", {}).get(dep.variant) if isinstance(dep.variant, str) else None
+        hw = cat.hardware.get(dep.hardware) if isinstance(dep.hardware, str) else None
+        for needs, run in (
+            (hw, lambda: _check_pools(dep, hw, out)),
+            (variant and hw, lambda: _check_memory(dep, variant, hw, cat, out)),
+            (model, lambda: _check_limits(dep, model, out)),
+            (model, lambda: _check_multimodal(dep, model, out)),
+            (variant, lambda: _check_checkpoint(dep, variant, out)),
+        ):
+            if needs:
+                try:
+                    run()
+                except (KeyError, TypeError, ValueError, catalog_mod.CatalogKeyError):
+                    pass  # a check that also needs the unknown part: the CATALOG_KEY problem says why
         return _dedupe(out)
     model = cat.model(dep.model)
     variant = cat.variant(dep.model, dep.variant)
@@ -167,6 +183,7 @@ def check(dep: Deployment) -> list[Problem]:
     _check_pools(dep, hw, out)
     _check_memory(dep, variant, hw, cat, out)
     _check_arch(dep, model, variant, hw, engine, out)
+    _check_backend_hardware(dep, cat, hw, out)
     _check_kv_dtype(dep, model, hw, backend, out)
     _check_speculative(dep, model, out)
     _check_trtllm(dep, model, engine, out)
@@ -246,7 +263,7 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
     """Catalog keys and plain choices. Returns False when model/variant/engine/hardware is
     unusable (later rules need them)."""
     ok = True
-    engines = [k for k, e in cat.engines.items() if e.get("kind") != "router"]
+    engines = [k for k, e in cat.engines.items() if e.get("kind") not in ("router", "backend")]
     for field, var, accepted in (
         ("model", "glmops_model", list(cat.models)),
         ("engine", "glmops_engine", engines),
@@ -274,6 +291,7 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
     if dep.engine == "dynamo" and dep.extra.get("dynamo_backend") not in DYNAMO_BACKENDS:
         _problem(out, "CHOICE", _src(dep, "glmops_dynamo_backend"),
                  f"glmops_dynamo_backend {dep.extra.get('dynamo_backend')!r} is not accepted; accepted: {', '.join(DYNAMO_BACKENDS)}")
+        ok = False  # later rules read the backend's catalog entry
     if dep.checkpoint.mode not in CHECKPOINT_MODES:
         _problem(out, "CHOICE", _src(dep, "checkpoint.mode"),
                  f"glmops_checkpoint.mode {dep.checkpoint.mode!r} is not accepted; accepted: {', '.join(CHECKPOINT_MODES)}")
@@ -303,6 +321,11 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
     # host GPU indices
     for name, host in dep.hosts.items():
         if cpu:
+            continue
+        if not host.gpus:
+            _problem(out, "GPU_INDEX", _src(dep, f"hosts.{name}.gpus", f"hosts.{name}"),
+                     f"host {name} glmops_gpus [] lists no GPU; accepted: distinct indices 0..{gpn - 1}, "
+                     f"or leave glmops_gpus unset for all {gpn} GPUs of a {hw.get('name')} node")
             continue
         bad = [g for g in host.gpus if not isinstance(g, int) or g < 0 or g >= gpn]
         dup = sorted({g for g in host.gpus if host.gpus.count(g) > 1})
@@ -362,6 +385,8 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
             _problem(out, "GPU_COUNT", ppath, f"pool {pool.role} has no hosts; accepted: inventory hosts or groups")
             continue
         max_per_host = max(per_host_counts.values())
+        if max_per_host == 0 and not cpu and all(not dep.hosts[h].gpus for h in hosts):
+            continue  # every host lists no GPU: GPU_INDEX above says so
         if world > max_per_host and (max_per_host == 0 or world % max_per_host):
             _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.tp", ppath),
                      f"pool {pool.role} needs {world} GPUs per replica (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}); "
@@ -467,6 +492,20 @@ def _check_arch(dep: Deployment, model: dict, variant: dict, hw: dict, engine: d
                          f"tp {pool.tp} x pp {pool.pp} x dp {pool.dp} = {pool.world_size} GPUs, one {hw.get('name')} node "
                          f"({per_host} GPUs); accepted: > {per_host} GPUs per replica (e.g. tp {per_host} pp 2 over 2 nodes)",
                          "seed 004: BF16 weights need multi-node deployment; or pick fp8/nvfp4")
+
+
+def _check_backend_hardware(dep: Deployment, cat: Any, hw: dict, out: list[Problem]) -> None:
+    """A Dynamo worker backend whose catalog entry names its hardware (``hardware:``; the
+    mocker: ``cpu``, a simulated engine for the lab) runs on that hardware only."""
+    if dep.engine != "dynamo":
+        return
+    backend = _backend(dep)
+    allowed = (cat.engines.get(backend) or {}).get("hardware")
+    if allowed and dep.hardware not in allowed:
+        _problem(out, "ENGINE_HARDWARE", _src(dep, "dynamo_backend", "glmops_dynamo_backend"),
+                 f"glmops_dynamo_backend {backend!r} does not run on {hw.get('name')} ({dep.hardware}); "
+                 f"accepted hardware: {', '.join(allowed)}",
+                 "the mocker simulates an engine for the CPU lab; on GPU nodes use glmops_dynamo_backend vllm or sglang")
 
 
 def _is_fp8(value: str) -> bool:

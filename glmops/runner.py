@@ -36,6 +36,9 @@ ANSIBLE_CFG = REPO / "ansible.cfg"
 # task names whose script output carries per-service JSON (roles/engine_service)
 READY_TASK = "Wait for readiness"
 STATUS_TASK = "Read service status"
+# the host read before any change: its "services" rows are the units left running that
+# answered /health (a no-op deploy skips the gate); the gate's rows replace them
+STATE_TASK = "Read this deployment's files and units on the host"
 OUTPUT_TASKS = ("Journal lines",)  # their stdout is shown by the CLI (glmops logs)
 
 
@@ -190,6 +193,13 @@ def _secrets_out_of_environ():
 def _collect(result: RunResult, event: dict) -> None:
     kind = event.get("event", "")
     data = event.get("event_data") or {}
+    if kind == "playbook_on_stats":
+        # the recap's counts are authoritative: a no_log result (env files) hides its
+        # "changed" from the per-task events
+        for name, count in (data.get("changed") or {}).items():
+            stats = result.hosts.setdefault(name, HostStats())
+            stats.changed = max(stats.changed, int(count))
+        return
     host = data.get("host")
     if not host or not kind.startswith("runner_on_") or kind in ("runner_on_start",):
         return
@@ -212,7 +222,7 @@ def _collect(result: RunResult, event: dict) -> None:
         result.failures.append(f"{host}: UNREACHABLE: {msg}")
     elif kind == "runner_on_skipped":
         stats.skipped += 1
-    if task in (READY_TASK, STATUS_TASK) and res.get("stdout"):
+    if task in (READY_TASK, STATUS_TASK, STATE_TASK) and res.get("stdout"):
         try:
             rows = json.loads(res["stdout"]).get("services", [])
         except ValueError:

@@ -166,6 +166,24 @@ def metrics_paths(engine: str) -> list[str]:
     return ["/metrics"]
 
 
+def endpoint_problem(option: str, url: str | None) -> str | None:
+    """Why ``url`` (given as ``option``) is not an endpoint URL, or None when it is one:
+    ``http``/``https`` with a host, e.g. ``http://10.0.0.5:8000``. Used by ``smoke`` and
+    ``bench`` before any request is sent."""
+    if url is None:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        return f"{option} {url!r} is not a URL ({exc}); accepted: http(s)://HOST[:PORT]"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{option} {url!r} is not accepted; accepted: http(s)://HOST[:PORT], e.g. http://10.0.0.5:8000"
+    return None
+
+
 def _base(url: str) -> str:
     m = re.match(r"(https?://[^/]+)", url or "")
     return m.group(1) if m else ""

@@ -34,8 +34,9 @@ VARIABLES: dict[str, Var] = {
     "glmops_variant": Var("str", "Checkpoint variant (`w4a8`: GLM-5.3 only).",
                           shown_default="the model's `default_variant` (`fp8`)"),
     "glmops_engine": Var("str", "Serving engine.", required=True),
-    "glmops_dynamo_backend": Var("str", "Workers behind the Dynamo frontend (`Deployment.extra['dynamo_backend']`).",
-                                 default="vllm", choices=("vllm", "sglang")),
+    "glmops_dynamo_backend": Var("str", "Workers behind the Dynamo frontend (`Deployment.extra['dynamo_backend']`; "
+                                 "`mocker`: Dynamo's simulated worker, `cpu` hardware only).",
+                                 default="vllm", choices=("vllm", "sglang", "mocker")),
     "glmops_engine_version": Var("str", "Engine version; must be >= the catalog `min_version` (and `min_version_by_model`).",
                                  shown_default="catalog `engines.<engine>.version`"),
     "glmops_image": Var("str", "Container image override (`Deployment.extra['image']`).",
@@ -149,7 +150,7 @@ def catalog_choices() -> dict[str, tuple[str, ...]]:
     return {
         "glmops_model": tuple(cat.models),
         "glmops_variant": tuple(variants),
-        "glmops_engine": tuple(k for k, e in cat.engines.items() if e.get("kind") != "router"),
+        "glmops_engine": tuple(k for k, e in cat.engines.items() if e.get("kind") not in ("router", "backend")),
         "glmops_hardware": tuple(cat.hardware),
     }
 

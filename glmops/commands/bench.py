@@ -94,6 +94,11 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
             target = b.target_from_plan(plan, dep, tokenizer)
     elif not (endpoint and model):
         problems.append("give -i/--inventory, or both --endpoint and --model")
+    from glmops.smoke import endpoint_problem
+
+    bad_url = endpoint_problem("--endpoint", endpoint)
+    if bad_url:
+        problems.append(bad_url)
     if problems:
         _fail(problems)
     if target is None:

@@ -63,19 +63,24 @@ def _finish(result: runner.RunResult, plan: dict, console: Console) -> None:
 @click.option("--diff", is_flag=True, help="Show the changes to files.")
 @LIMIT
 @click.option("--skip-provision", is_flag=True,
-              help="Accepted; deploy does not provision hosts yet (drivers, container runtime).")
+              help="Do not provision and check the hosts first (driver, container toolkit, prechecks).")
 @click.option("--skip-smoke", is_flag=True, help="Do not run `glmops smoke` after a successful deploy.")
 def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke):
-    """Install runtimes, place the Plan's services under systemd, start them in order
-    (workers gated on /health 200 and a one-token request, then the router) and check
-    the endpoint."""
+    """Provision and check the Plan's hosts (as `glmops provision`; a failed precheck stops
+    here with every host's report), install runtimes, place the Plan's services under
+    systemd, start them in order (workers gated on /health 200 and a one-token request,
+    then the router) and check the endpoint."""
+    from glmops.commands.provision import ReportCollector, print_reports, reports
+
     console = _console()
     plan = load_plan(inventory, topology)
-    if not skip_provision:
-        console.print("note: host provisioning (drivers, container runtime) is not part of deploy yet; "
-                      "hosts must already be provisioned (--skip-provision silences this).")
-    result = runner.run("deploy", "deploy.yml", inventory, _extravars(topology),
-                        check=check, diff=diff, limit=limit, console=console)
+    collector = ReportCollector()
+    result = runner.run("deploy", "deploy.yml", inventory,
+                        _extravars(topology, glmops_provision=False if skip_provision else None),
+                        check=check, diff=diff, limit=limit, console=console, on_event=collector)
+    if not all(r.get("ok") for r in collector.reports.values()):
+        # a failed precheck stopped the run (any_errors_fatal) before any engine unit changed
+        print_reports(reports(result, collector.reports), console)
     if result.ok and not check and not skip_smoke:  # glmops.smoke: every check, exit 1 on a failed one
         from glmops.smoke import smoke_after_deploy
 

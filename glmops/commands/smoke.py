@@ -57,6 +57,9 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
             problems += [str(p) for p in exc.problems]
     elif not (endpoint and model):
         problems.append("give -i/--inventory, or both --endpoint and --model")
+    bad_url = sm.endpoint_problem("--endpoint", endpoint)
+    if bad_url:
+        problems.append(bad_url)
     if problems:
         err.print(f"{len(problems)} problem(s); no request sent:")
         for p in problems:

@@ -334,6 +334,22 @@ def _split(text: str) -> tuple[str, ...]:
 
 
 def image_for(dep: Deployment, engine_key: str) -> str:
+    """The image the container runtime runs: the seed's image (:func:`seed_image`) or, when the
+    engine has pins (glmops.runtime.engine_pins: seed 000's fla-core/einops, the multimodal
+    transformers pin, glmops_pip_extra), the derived image roles/engine_runtime builds from it,
+    tagged by content (glmops.runtime.derived_image). Empty for venv runtime."""
+    from glmops.runtime import derived_image, engine_pins
+
+    image = seed_image(dep, engine_key)
+    if not image:
+        return ""
+    try:
+        return derived_image(engine_key, engine_version(dep, engine_key), image, engine_pins(dep, engine_key))["tag"]
+    except ValueError:  # an unsafe pin or image: roles/engine_runtime refuses it, naming it
+        return image
+
+
+def seed_image(dep: Deployment, engine_key: str) -> str:
     """Container image: catalog ``image_by_model``, then ``image_by_vendor``, then
     ``default_image``; ``dep.extra['image']`` overrides. Empty for venv runtime."""
     if dep.runtime != "container":

@@ -1,5 +1,5 @@
-"""NVIDIA Dynamo: ``python -m dynamo.frontend`` over ``python -m dynamo.vllm`` or
-``python -m dynamo.sglang`` workers.
+"""NVIDIA Dynamo: ``python -m dynamo.frontend`` over ``python -m dynamo.vllm``,
+``python -m dynamo.sglang`` or (the CPU lab) ``python -m dynamo.mocker`` workers.
 
 Sources: seeds/001 (the Dynamo recipes: vLLM on H200/GB200, SGLang on B200/GB200,
 KV-aware or round-robin routing, worker KV events, ``DYN_HEALTH_CHECK_REQUEST_TIMEOUT``),
@@ -9,7 +9,11 @@ Dynamo flags plus the engine's own; ``dynamo.vllm`` rejects vLLM frontend flags,
 parsers are ``--dyn-tool-call-parser``/``--dyn-reasoning-parser``; ``--headless`` for
 secondary nodes; ``DYN_SYSTEM_PORT`` serves a worker's ``/health``; etcd is the default
 discovery store, ``file`` works on one host), lab-recipe/FINDINGS.md (``DYN_*_HOST``
-advertise addresses, ``DYN_FILE_KV``).
+advertise addresses, ``DYN_FILE_KV``). The mocker (``glmops_dynamo_backend: mocker``):
+Dynamo's simulated worker, flags from its 1.6.1 parser (catalog ``engines.mocker.flags``);
+measured on lab hosts: file discovery spans hosts when ``DYN_FILE_KV`` is one directory they
+all mount (entries are files kept alive by mtime, expired ones are removed), and a worker's
+``/health`` turns 200 only with ``DYN_HEALTH_CHECK_ENABLED=true`` (catalog env pin).
 """
 from __future__ import annotations
 
@@ -25,13 +29,18 @@ ADVERTISE_VARS = ("DYN_TCP_RPC_HOST", "DYN_EVENT_PLANE_HOST", "DYN_TCP_RESPONSE_
 
 
 def discovery(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
-    """Flags and env for discovery: ``file`` under the state dir when every service is
-    on one host; otherwise etcd on the front door's host (``ETCD_ENDPOINTS``; the
-    router role provisions etcd there). Requests over TCP, events over ZMQ (1.6.1
+    """Flags and env for discovery. ``DYN_FILE_KV`` in ``glmops_env``: ``file`` in that
+    directory, which must be one directory every host mounts (the lab's shared bind);
+    else ``file`` under the state dir when every service is on one host; otherwise etcd on
+    the front door's host (``ETCD_ENDPOINTS``). Requests over TCP, events over ZMQ (1.6.1
     defaults, no NATS)."""
     dep = ctx.dep
     flags: dict[str, Any] = {"request-plane": "tcp", "event-plane": "zmq"}
-    if len(ctx.hosts_used) <= 1:
+    shared = str(dep.env.get("DYN_FILE_KV") or "")
+    if shared:
+        flags["discovery-backend"] = "file"
+        env = {"DYN_FILE_KV": shared}
+    elif len(ctx.hosts_used) <= 1:
         flags["discovery-backend"] = "file"
         env = {"DYN_FILE_KV": f"{dep.state_dir}/{dep.name}/dynamo-kv"}
     else:
@@ -39,6 +48,16 @@ def discovery(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
         front = dep.hosts[ctx.front_host]
         env = {"ETCD_ENDPOINTS": base.url(front.address, base.PORT_BASES["etcd"])}
     return flags, env
+
+
+def discovery_note(ctx: Ctx) -> str:
+    """One Plan note saying where workers and frontend meet (see :func:`discovery`)."""
+    flags, env = discovery(ctx)
+    if flags["discovery-backend"] == "file":
+        where = env["DYN_FILE_KV"]
+        shared = " (one directory shared by every host)" if len(ctx.hosts_used) > 1 else ""
+        return f"dynamo discovery: file store {where}{shared}"
+    return f"dynamo discovery: etcd on {ctx.front_host}:{base.PORT_BASES['etcd']}"
 
 
 # engine-neutral policy names (recipes.yaml layouts, RouterSpec.policy) -> --router-mode
@@ -62,6 +81,33 @@ def router_policy(ctx: Ctx) -> str:
     return router_mode(ctx.dep)
 
 
+def mocker_args(ctx: Ctx, pool: PoolSpec, st: base.Settings) -> dict[str, Any]:
+    """``dynamo.mocker`` flags (names without dashes) for one pool: recipe args < the
+    Deployment's limits (``--max-model-len``, ``--max-num-seqs``,
+    ``--max-num-batched-tokens``, ``--kv-cache-dtype`` unless auto, ``--data-parallel-size``,
+    ``--disaggregation-mode`` for disagg pools; ``--block-size`` from the catalog so the KV
+    router hashes with the same block) < ``glmops_engine_args`` < pool ``engine_args``.
+    Source: ``python -m dynamo.mocker --help`` (1.6.1); every name is in catalog
+    ``engines.mocker.flags``."""
+    dep = ctx.dep
+    eng = CATALOG.engine("mocker")
+    derived: dict[str, Any] = {"block-size": eng.get("block_size")}
+    if st.max_seq_len:
+        derived["max-model-len"] = st.max_seq_len
+    if st.max_batch_size:
+        derived["max-num-seqs"] = st.max_batch_size
+    if st.max_num_tokens:
+        derived["max-num-batched-tokens"] = st.max_num_tokens
+    kv = base.engine_kv_dtype("mocker", st.kv_cache_dtype)
+    if kv and kv != "auto":
+        derived["kv-cache-dtype"] = kv
+    if pool.dp > 1:
+        derived["data-parallel-size"] = pool.dp
+    if dep.topology == "disagg" and pool.role != "agg":
+        derived["disaggregation-mode"] = pool.role
+    return base.merge_args(st.recipe.args, derived, dep.engine_args, pool.engine_args)
+
+
 def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Service]:
     """One Dynamo worker Service per node (backend from ``glmops_dynamo_backend``)."""
     dep = ctx.dep
@@ -73,7 +119,13 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
     head_ports: dict[str, list[int]] = {}
     for rank, node in enumerate(pl.nodes):
         alloc = ctx.alloc(node.host.name)
-        if backend == "sglang":
+        if backend == "mocker":
+            ports = {}
+            argv = base.command(dep, ENGINE, CATALOG.engine("mocker").get("binary")) + [
+                "--model-path", dep.checkpoint.local_dir, "--model-name", dep.served_model_name]
+            argv += base.render_flags(mocker_args(ctx, pool, st))
+            env = base.base_env(dep, pool, st.recipe, ENGINE)
+        elif backend == "sglang":
             ports = sglang.node_ports(ctx, pool, pl, rank, http=False)
             if rank == 0:
                 head_ports = ports
@@ -122,11 +174,16 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
 
 
 def block_size(ctx: Ctx) -> int | None:
-    """KV block size the KV router hashes with: SGLang page size (seed 001: 64) or the
-    vLLM ``block-size`` flag (vLLM's CUDA default 16)."""
+    """KV block size the KV router hashes with: SGLang page size (seed 001: 64), the
+    mocker's ``--block-size`` (catalog default 64) or the vLLM ``block-size`` flag (vLLM's
+    CUDA default 16)."""
     dep = ctx.dep
     if base.backend_of(dep) == "sglang":
         return CATALOG.engine("sglang").get("page_size")
+    if base.backend_of(dep) == "mocker":
+        for pool in dep.pools:
+            return int(mocker_args(ctx, pool, base.settings_for(dep, pool))["block-size"])
+        return None
     sizes = []
     for pool in dep.pools:
         st = base.settings_for(dep, pool)
@@ -147,6 +204,7 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
     disc_flags, disc_env = discovery(ctx)
     flags.update(disc_flags)
     flags.update({k: v for k, v in dep.router.args.items() if k != "backend"})
+    ctx.notes.append(discovery_note(ctx))
     image = base.image_for(dep, ENGINE)
     argv = base.command(dep, ENGINE, runtime=dep.runtime if image else "venv") + base.render_flags(flags)
     env = base.front_env(dep)

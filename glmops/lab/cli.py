@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 a step failed (what failed is printed), 2 bad input or a pre
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 
@@ -32,7 +33,7 @@ def lab() -> None:
 
 @lab.command()
 @click.option("--hosts", "-n", "count", type=int, default=1, show_default=True, help="Number of hosts lab-1..lab-N.")
-@click.option("--profile", type=click.Choice(PROFILES), default="cpu", show_default=True,
+@click.option("--profile", default="cpu", show_default=True, metavar="|".join(PROFILES),
               help="cpu: no GPUs; *-sim: 8 simulated GPUs (strict nvidia-smi double).")
 @click.option("--name", default=DEFAULT_NAME, show_default=True, help="Lab name (state dir, bridge).")
 @click.option("--subnet", default=DEFAULT_SUBNET, show_default=True,
@@ -64,12 +65,16 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
                              + core.root_problem()) if p not in problems]
     if not 1 <= count <= core.MAX_HOSTS:
         problems.append(f"--hosts {count}: accepted 1..{core.MAX_HOSTS}")
+    problems += core.subnet_syntax_problems(subnet, count)
     if problems:
         _problems(core.LabError(problems))
         sys.exit(2)
     if install_missing and not core.root_problem():
         core.install_missing_tools(lambda m: err.print(f"[dim]{m}[/dim]"))
     t0 = time.monotonic()
+    from glmops.lab import spec as lab_spec
+
+    shared_existed = lab_spec.shared_dir(name).exists()
     defaults: list[Bind] = []
     if not no_default_binds:
         if profile == "cpu" and not core.root_problem():
@@ -86,6 +91,9 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
                          keep_on_failure=keep_on_failure, boot_timeout=timeout,
                          log=lambda m: err.print(f"[dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
     except core.LabError as exc:
+        if not shared_existed and not lab_spec.state_dir(name).exists():
+            # refused before any host existed: the kit's shared dir made above goes too
+            shutil.rmtree(lab_spec.shared_dir(name), ignore_errors=True)
         _problems(exc)
         sys.exit(exc.exit_code)
     if as_json:

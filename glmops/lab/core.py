@@ -98,6 +98,19 @@ def _taken_subnets() -> list[str]:
     return out
 
 
+def subnet_syntax_problems(subnet: str, hosts: int) -> list[str]:
+    """``--subnet`` problems visible without looking at the machine: not ``auto`` and not an
+    IPv4 /24 with room for ``hosts`` hosts. Empty list = fine."""
+    if subnet == "auto":
+        return []
+    try:
+        host_addresses(subnet, max(min(hosts, MAX_HOSTS), 1))
+    except ValueError as exc:
+        msg = str(exc) if str(exc).startswith("--subnet") else f"--subnet {subnet!r}: {exc}"
+        return [f"{msg}; expected an IPv4 /24 such as {DEFAULT_SUBNET}, or 'auto'"]
+    return []
+
+
 def preflight(name: str, hosts: int, profile: str, subnet: str, binds: list[Bind],
               euid: int | None = None) -> tuple[str, list[str]]:
     """Check everything ``up`` needs; return (subnet to use, problems). Runs under the net lock.
@@ -130,12 +143,9 @@ def preflight(name: str, hosts: int, profile: str, subnet: str, binds: list[Bind
             problems.append(f"--subnet auto: no free /24 left in {AUTO_SUBNET_POOL}")
         subnet = picked or subnet
     else:
-        try:
-            host_addresses(subnet, max(hosts, 1))
-        except ValueError as exc:
-            msg = str(exc) if str(exc).startswith("--subnet") else f"--subnet {subnet!r}: {exc}"
-            problems.append(f"{msg}; expected an IPv4 /24 such as {DEFAULT_SUBNET}, or 'auto'")
-        else:
+        bad = subnet_syntax_problems(subnet, hosts)
+        problems += bad
+        if not bad:
             conflicts = netsetup.subnet_conflicts(subnet)
             if conflicts:
                 free = netsetup.free_subnet(AUTO_SUBNET_POOL, _taken_subnets())

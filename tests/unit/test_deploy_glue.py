@@ -63,7 +63,7 @@ def test_lab_plan_view_places_workers_and_router(topology, units):
     assert all(s["start_order"] < 50 for s in workers)
     assert view["services"][-1]["pool"] == "router"
     assert view["hosts"]["lab-1"]["runtimes"] == [
-        {"engine": "vllm", "version": "0.32.0", "venv": "/opt/glmops/venvs/vllm-0.32.0"}]
+        {"engine": "vllm", "version": "0.32.0", "venv": "/opt/glmops/venvs/vllm-0.32.0", "pins": []}]
     assert view["hosts"]["lab-3"]["runtimes"][0]["engine"] == "vllm_router"
 
 

@@ -136,6 +136,18 @@ def test_deployment_wide_values_must_agree_on_workers(tmp_path):
     assert conflict[0].path.endswith("host_vars/gpu-b.yml:glmops_model")
 
 
+@pytest.mark.parametrize("where", ["host_vars", "inline"])
+def test_a_deployment_wide_value_set_only_on_the_first_worker_is_a_conflict(tmp_path, where):
+    """The first worker is the reference: its own override must not be taken as everyone's."""
+    own = {"glmops_max_seq_len": 4096}
+    hosts = {"gpu-a": dict(own) if where == "inline" else {}, "gpu-b": {}, "gpu-c": {}}
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg(), hosts=hosts,
+                          host_vars={"gpu-a": own} if where == "host_vars" else None)
+    conflict = [p for p in load_deployment(inv).extra["problems"] if p.code == "HOST_VAR_CONFLICT"]
+    assert conflict, "gpu-a's own glmops_max_seq_len was not compared with gpu-b/gpu-c"
+    assert all("4096" in p.message and "gpu-a" in p.message for p in conflict)
+
+
 def test_unreadable_inventories_raise_validation_error(tmp_path):
     with pytest.raises(ValidationError) as err:
         load_deployment(tmp_path / "missing")

@@ -229,3 +229,41 @@ def test_bad_subnet_is_named(monkeypatch, tmp_path):
     _, problems = core.preflight("ok", 1, "cpu", "nonsense", [], euid=0)
     (p,) = [p for p in problems if "--subnet" in p]
     assert "'nonsense'" in p and "10.77.0.0/24" in p and "'auto'" in p
+
+
+def test_cli_reports_every_flag_problem_at_once_before_preparing_anything(monkeypatch, tmp_path):
+    """Name, profile, host count and subnet are refused together, before the serving kit
+    (wheel sets, tiny model) or any network object is prepared."""
+    from glmops.lab import kit
+
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path / "state")
+    monkeypatch.setattr(kit, "prepare", lambda *a, **k: pytest.fail("the kit was prepared despite bad flags"))
+    res = CliRunner().invoke(lab_cli, ["up", "--hosts", "0", "--subnet", "bogus", "--name", "BAD NAME",
+                                       "--profile", "nope"])
+    assert res.exit_code == 2, res.output
+    for needle in ("--name 'BAD NAME'", "--profile 'nope': accepted: cpu, b200-sim, h200-sim", "--hosts 0",
+                   "--subnet 'bogus'"):
+        assert needle in res.output, res.output
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_refused_lab_up_leaves_no_shared_dir_behind(monkeypatch, tmp_path):
+    """The cpu kit makes <name>-shared before booting; when up is then refused (a taken subnet,
+    found under the net lock), nothing of the lab stays."""
+    from glmops.lab import kit
+
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+
+    def prepare(name, log):
+        spec.shared_dir(name).mkdir(parents=True)
+        return []
+
+    def refuse(**kw):
+        raise core.LabError(["--subnet 10.77.0.0/24: bridge address range already in use"])
+
+    monkeypatch.setattr(kit, "prepare", prepare)
+    monkeypatch.setattr(core, "up", refuse)
+    monkeypatch.setattr(core, "root_problem", lambda euid=None: [])
+    res = CliRunner().invoke(lab_cli, ["up", "--name", "t2"])
+    assert res.exit_code == 1 and "already in use" in res.output, res.output
+    assert not spec.shared_dir("t2").exists()

@@ -158,3 +158,24 @@ def test_f06_sglang_nixl_across_hosts_pins_the_nic_on_both_pools():
     for svc in workers:
         assert svc.env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
         assert flags(svc.argv, 3)["disaggregation-transfer-backend"] == "nixl"
+
+
+def test_pool_port_equal_to_the_router_port_on_its_host_moves_with_a_note():
+    """A one-replica layout grown to several: the router keeps the shared port on its host, the
+    replicas listen after it, and the Plan says so (no silent move)."""
+    d = dep(engine="vllm", hardware="b200", n_hosts=2, pools=[PoolSpec(role="agg", tp=4, replicas=2, port=9000,
+                                                                        hosts=["gpu-1"])],
+            router=RouterSpec(kind="vllm-router", host="gpu-1", port=9000))
+    p = plan.build(d)
+    assert [s.port for s in p.services if s.role == "agg"] == [9001, 9002]
+    assert any("pool agg port 9000 is the router's port on gpu-1" in n and "from 9001" in n for n in p.notes), p.notes
+    assert rules.check_plan(p, d) == []
+
+
+def test_pool_port_equal_to_the_router_port_on_another_host_is_kept():
+    d = dep(engine="vllm", hardware="b200", n_hosts=2, pools=[PoolSpec(role="agg", tp=4, replicas=2, port=9000,
+                                                                        hosts=["gpu-1"])],
+            router=RouterSpec(kind="vllm-router", host="gpu-2", port=9000))
+    p = plan.build(d)
+    assert [s.port for s in p.services if s.role == "agg"] == [9000, 9001]
+    assert not any("router's port" in n for n in p.notes)

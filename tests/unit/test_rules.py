@@ -652,3 +652,23 @@ def test_secret_engine_flags_are_refused_with_every_other_problem(tmp_path):
     found = sorted(p.message.split("'")[1] for p in problems if p.code == "SECRET_IN_ARGV")
     assert found == ["api-key", "hf_token"]  # token-count flags are not secrets
     assert all("sk-NOT-IN-ARGV" not in str(p) for p in problems)
+
+
+def test_an_unknown_engine_does_not_hide_the_other_problems(tmp_path):
+    """Every problem at once: with glmops_engine unknown, the checks that need only the model,
+    variant and hardware still run (pools vs GPUs, max_seq_len)."""
+    gv = trtllm_b200("agg", glmops_engine="trtlm", glmops_max_seq_len=2_000_000)
+    gv["glmops_topologies"]["agg"]["pools"]["agg"]["tp"] = 16
+    _d, _p, problems = run(tmp_path, gv)
+    got = codes(problems)
+    assert {"CATALOG_KEY", "GPU_COUNT", "MAX_SEQ_LEN"} <= set(got), problems
+    assert any("trtlm" in p.message and "accepted:" in p.message for p in problems)
+
+
+def test_an_empty_gpu_list_says_what_to_set(tmp_path):
+    hosts = {"gpu-a": {"ansible_host": "10.0.0.11", "glmops_gpus": []}}
+    _d, _p, problems = run(tmp_path, trtllm_b200("agg"), hosts=hosts)
+    assert codes(problems) == ["GPU_INDEX"], problems
+    msg = problems[0].message
+    assert "glmops_gpus [] lists no GPU" in msg and "0..7" in msg and "unset for all 8" in msg
+    assert "<= 0" not in msg

@@ -199,3 +199,19 @@ def test_journal_reader_counts_request_lines_over_ssh(monkeypatch):
     assert "--unit=glm-lab-prefill-0.service" in argv[-1] and "journalctl" in argv[-1]
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 255, "", "denied"))
     assert read(w, 0.0) is None
+
+
+@pytest.mark.parametrize("verb", ["smoke", "bench"])
+@pytest.mark.parametrize("url,needle", [
+    ("notaurl", "--endpoint 'notaurl' is not accepted; accepted: http(s)://HOST[:PORT]"),
+    ("ftp://10.0.0.5:8000", "'ftp://10.0.0.5:8000' is not accepted"),
+    ("http://10.0.0.5:99999", "is not a URL"),
+])
+def test_an_endpoint_that_is_not_a_url_is_refused_before_any_request(verb, url, needle):
+    from click.testing import CliRunner
+
+    from glmops.cli import main
+
+    r = CliRunner().invoke(main, [verb, "--endpoint", url, "--model", "m"], env={"COLUMNS": "300"})
+    assert r.exit_code == 2, r.output
+    assert needle in " ".join(r.output.split()), r.output

@@ -5,13 +5,16 @@ One call per host instead of one module call per file/unit, so a no-op redeploy 
 about what ``ansible -m setup`` costs. Every subcommand prints one JSON document.
 
   state --want PATH=SHA256:MODE:OWNER:GROUP ... --unit UNIT=PATH,PATH ... --keep UNIT ...
-        --glob GLOB --target TARGET --user NAME
-      -> {"drifted": [PATH], "units": {UNIT: {...}}, "restart": [UNIT], "stale": [UNIT], "user": bool}
+        --glob GLOB --target TARGET --user NAME [--health UNIT|HEALTH_URL ...]
+      -> {"drifted": [PATH], "units": {UNIT: {...}}, "restart": [UNIT], "stale": [UNIT], "user": bool,
+          "unhealthy": [UNIT], "services": [{unit, ready, fresh, reason}]}
       read-only: which files differ from what the Plan wants (content hash or ``dir``,
       mode, owner, group); each unit's systemd state; the units to (re)start (one of
       its files drifted, or not active, or not enabled); units matching GLOB in
       /etc/systemd/system, PartOf= TARGET, that neither --unit nor --keep names; whether
-      the user exists.
+      the user exists. Each --health unit that stays as it is gets one GET of its own
+      /health (3 s): ``unhealthy`` lists the ones that did not answer 200 (the caller
+      then runs the ``ready`` gate), ``services`` the ones that did (ready, not fresh).
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
       -> {"services": [{unit, ready, seconds, time_to_ready, reason, journal}]}
       readiness gate (F13): the unit is active, its own /health answers 200, then (for
@@ -116,11 +119,22 @@ def cmd_state(args) -> int:
         has_user = True
     except KeyError:
         has_user = False
+    unhealthy, services = [], []
+    for spec in args.health:  # units left running: one look at their own /health
+        unit, _, url = spec.partition("|")
+        if unit in restart:
+            continue
+        status = http(url, timeout=3)[0] if url else 200
+        if status == 200:
+            services.append({"unit": unit, "ready": True, "fresh": False, "reason": ""})
+        else:
+            unhealthy.append(unit)
     print(json.dumps({"drifted": drifted, "units": {
         u: {"active": p.get("ActiveState", ""), "sub": p.get("SubState", ""),
             "enabled": p.get("UnitFileState", ""), "pid": int(p.get("MainPID") or 0),
             "loaded": p.get("LoadState", "")} for u, p in units.items()},
-        "restart": restart, "stale": stale, "user": has_user}))
+        "restart": restart, "stale": stale, "user": has_user,
+        "unhealthy": unhealthy, "services": services}))
     return 0
 
 
@@ -265,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--glob", default="")
     st.add_argument("--target", default="", help="stale units must be PartOf= this target")
     st.add_argument("--user", default="")
+    st.add_argument("--health", nargs="*", default=[], help="UNIT|HEALTH_URL: one /health look per kept unit")
     rd = sub.add_parser("ready")
     rd.add_argument("--timeout", type=float, required=True)
     rd.add_argument("--model", default="")

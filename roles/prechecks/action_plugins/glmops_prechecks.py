@@ -8,7 +8,7 @@ What a host needs, lowest precedence first:
      (GPU count and model, driver minimum, NVSwitch, nvlsm on Blackwell);
   2. the deployment, when the inventory has one (``glmops_model`` is set) and
      ``deployment`` is not false: checkpoint size and model dir, the ports the Plan binds on
-     the host, its RDMA devices;
+     the host, its RDMA devices (planned for the run's ``glmops_topology``, as deploy does);
   3. ``needs``: explicit values (the role's ``prechecks_*`` variables; ``null`` = keep).
 
 Options: ``needs`` (dict), ``deployment`` (bool, default true), ``inventory`` (path, default
@@ -33,15 +33,16 @@ def _inventory_source(task_vars: dict) -> str | None:
     return next((s for s in sources if s and os.path.exists(s)), None)
 
 
-def _deployment_needs(inventory: str, host: str) -> dict:
-    """needs_for_deployment of the inventory, cached per inventory path and mtime."""
+def _deployment_needs(inventory: str, host: str, topology: str | None = None) -> dict:
+    """needs_for_deployment of the inventory (``topology``: the run's ``glmops_topology``
+    override, as deploy plans it), cached per inventory path, mtime and topology."""
     from glmops import inventory as inv
     from glmops import plan as planner
     from glmops.prechecks import needs_for_deployment
 
-    key = (inventory, os.path.getmtime(inventory))
+    key = (inventory, os.path.getmtime(inventory), topology)
     if key not in _PLAN_CACHE:
-        dep = inv.load_deployment(inventory)
+        dep = inv.load_deployment(inventory, topology=topology)
         _PLAN_CACHE[key] = needs_for_deployment(dep, planner.build(dep))
     return _PLAN_CACHE[key].get(host, {})
 
@@ -68,7 +69,7 @@ class ActionModule(ActionBase):
             inventory = self._task.args.get("inventory") or _inventory_source(task_vars)
             if inventory:
                 try:
-                    needs.update(_deployment_needs(inventory, host))
+                    needs.update(_deployment_needs(inventory, host, task_vars.get("glmops_topology") or None))
                 except Exception as exc:  # the deployment's own problems are validate's job
                     raise AnsibleActionFail(
                         f"glmops_prechecks: cannot plan the deployment in {inventory} "

