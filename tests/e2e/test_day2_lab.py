@@ -116,9 +116,12 @@ def deployed(lab, inventory, runs_dir, endpoint):
 
 
 class Streams:
-    """4 clients streaming completions through the endpoint until stopped."""
+    """4 clients streaming completions through the endpoint until stopped, each pausing
+    ``think_s`` between its requests (like a user reading; without it the 4 loops keep the 2
+    shared cores saturated and the restarted replica loads for minutes)."""
 
-    def __init__(self, url: str, clients: int = 4):
+    def __init__(self, url: str, clients: int = 4, think_s: float = 0.2):
+        self.think_s = think_s
         self.url = url.rstrip("/") + "/v1/completions"
         self.ok = 0
         self.failed: list[str] = []
@@ -142,6 +145,7 @@ class Streams:
                 self.one(i)
                 with self.lock:
                     self.ok += 1
+                time.sleep(self.think_s)
             except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
                 with self.lock:
                     self.failed.append(f"{time.strftime('%H:%M:%S')} client {i}: {exc!r}"[:400])

@@ -86,6 +86,14 @@ def runs_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deployed(lab, inventory, runs_dir):
+    # check mode on the bare hosts first: it reports what it would do and changes nothing
+    fresh = {h: D.ssh(lab, h, "ls /opt/glmops/venvs /etc/systemd/system | sort | sha256sum").stdout for h in UNITS}
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--check", "--skip-smoke",
+                    env={"GLMOPS_RUNS_DIR": str(runs_dir)}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert {h: D.ssh(lab, h, "ls /opt/glmops/venvs /etc/systemd/system | sort | sha256sum").stdout
+            for h in UNITS} == fresh, "deploy --check changed a bare host"
+    assert D.ssh(lab, "lab-1", "test -e /opt/glmops/venvs/vllm-0.32.0").returncode != 0
     start = time.monotonic()
     # the README's path: provision + prechecks first, and the deploy ends with the smoke checks
     # (test_deploy_ends_with_the_smoke_checks)
