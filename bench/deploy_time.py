@@ -2,9 +2,10 @@
 """Deploy timing on 3 lab hosts: first deploy, no-op redeploy, and ``ansible all -m setup``
 on the same hosts, with the ratio no-op / setup (issue 4; target: <= 1.5).
 
-What runs: ``glmops deploy --skip-provision --skip-smoke`` (playbooks/deploy.yml through
-ansible-runner) against a lab of its own (booted unless it exists), with one of two
-inventories, workers on lab-1 and lab-2 and the front door on lab-3:
+What runs: ``glmops deploy --skip-smoke`` (playbooks/deploy.yml through ansible-runner, with
+the provision + prechecks play users get; ``--skip-provision`` leaves it out) against a lab of
+its own (booted unless it exists), with one of two inventories, workers on lab-1 and lab-2
+and the front door on lab-3:
 
 * ``--inventory lab`` (default): real vLLM-CPU workers and the real vllm-router
   (``--profile cpu`` lab, with the e2e tests' binds: the tiny model at its commit path and
@@ -13,7 +14,11 @@ inventories, workers on lab-1 and lab-2 and the front door on lab-3:
   (strict nvidia-smi double, the strict trtllm-serve double where the venv runtime expects
   the engine, the real vllm-router from the ``router`` wheel set); agg by default, one
   TP4 replica on GPUs 0-3 of lab-1 and of lab-2 (pool ``gpus: [0, 1, 2, 3]``), so every host
-  has work. Cheap: no model is loaded.
+  has work. Cheap: no model is loaded. The sim hosts are Debian containers with an
+  nvidia-smi double and no NVIDIA packages: the inventory copy says so (``SIM_HOST_VARS``:
+  no driver install, and the prechecks do not ask for the fabric manager and nvlsm of a
+  real B200 node, and accept the lab's memlock and clock as inventories/lab does); every other
+  precheck runs as on a real host.
 
 The first deploy includes installing the engine venvs from the wheelhouse (when the lab is
 new) and starting the engines. Then ``--repeat`` rounds of one no-op redeploy (changed=0 is
@@ -25,7 +30,13 @@ On this machine the lab hosts share 2 CPU cores with whatever else runs, so sing
 vary by 2x; compare medians. Needs root and systemd-nspawn. Usage::
 
     python bench/deploy_time.py [--inventory lab|lab-b200sim] [--topology agg|disagg]
-        [--repeat 5] [--keep-lab] [--lab NAME --subnet CIDR] [--top 12]
+        [--repeat 5] [--keep-lab] [--lab NAME --subnet CIDR] [--top 12] [--skip-provision]
+        [--repo CHECKOUT] [--compare OTHER_CHECKOUT] [--with-skip-provision]
+
+``--repo`` runs ``glmops`` (CLI, playbooks, roles) from another checkout; ``--compare`` adds a
+second checkout (e.g. a copy taken before a change) and ``--with-skip-provision`` adds the
+``--skip-provision`` no-op: every variant runs once per round, in the same rounds as the
+setup run, so the machine's load hits all alike.
 
 With an existing lab the engine venvs may already be installed: the "first deploy" is then
 the first deploy of the services (units placed, engines started), without the venv install.
@@ -59,12 +70,16 @@ SETUPS = {
                     "what": "TensorRT-LLM Plan on the trtllm-serve double + vllm-router"},
 }
 TRTLLM_BIN = "/opt/glmops/venvs/trtllm-1.3.0rc29/bin"
+# b200-sim hosts: Debian nspawn containers, an nvidia-smi double, no NVIDIA packages or repo
+# (memlock and time sync: what a lab container gets, as inventories/lab says)
+SIM_HOST_VARS = {"nvidia_driver_enabled": False, "prechecks_nvswitch": False, "prechecks_nvlsm": False,
+                 "prechecks_memlock": 8388608, "prechecks_time_sync": "warn"}
 
 
-def timed(argv: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
-    """(wall seconds, completed process) of ``argv`` run in the repo."""
+def timed(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> tuple[float, subprocess.CompletedProcess]:
+    """(wall seconds, completed process) of ``argv`` run in ``cwd`` (default: this repo)."""
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})},
                           check=False)
     return time.monotonic() - start, proc
 
@@ -93,7 +108,7 @@ def prepare(args) -> tuple[bool, Path]:
     # the lab's engine doubles and the router wheel set apply to lab-3 (the router) too
     workers = yaml.safe_load((base / "glmops_workers.yml").read_text())
     return existed, D.make_inventory(lab, "lab-b200sim", out, ["lab-1", "lab-2"], ["lab-3"],
-                                     {"glmops_topologies": topologies, **workers})
+                                     {"glmops_topologies": topologies, **workers, **SIM_HOST_VARS})
 
 
 def task_profile(artifacts: Path) -> tuple[float, list[tuple[float, str, str]]]:
@@ -137,6 +152,12 @@ def main() -> int:
     ap.add_argument("--lab", default=None, help="lab name (reused when it exists; its engine venvs too)")
     ap.add_argument("--subnet", default=None)
     ap.add_argument("--top", type=int, default=12, help="slowest tasks of the last no-op run to list")
+    ap.add_argument("--skip-provision", action="store_true", help="glmops deploy --skip-provision")
+    ap.add_argument("--repo", type=Path, default=REPO, help="run glmops from this checkout (default: this one)")
+    ap.add_argument("--compare", type=Path, default=None,
+                    help="another checkout (e.g. a copy from before a change): its no-op runs in the same rounds")
+    ap.add_argument("--with-skip-provision", action="store_true",
+                    help="also time --skip-provision no-ops in the same rounds")
     args = ap.parse_args()
     setup = SETUPS[args.inventory]
     args.lab = args.lab or setup["lab"]
@@ -146,28 +167,39 @@ def main() -> int:
     existed, inv = prepare(args)
     runs = Path(f"/tmp/{args.lab}-runs")
     env = {"GLMOPS_RUNS_DIR": str(runs), "COLUMNS": "200"}
-    deploy = [sys.executable, "-m", "glmops.cli", "deploy", "-i", str(inv), "--topology", topology,
-              "--skip-provision", "--skip-smoke"]
+    base = [sys.executable, "-m", "glmops.cli", "deploy", "-i", str(inv), "--topology", topology, "--skip-smoke"]
+    # (label, checkout, argv): python -m glmops.cli imports glmops from its cwd (the checkout) first
+    variants = []
+    for repo in [args.repo] + ([args.compare] if args.compare else []):
+        label = "this" if repo.resolve() == REPO else str(repo)
+        for skip in sorted({args.skip_provision, args.skip_provision or args.with_skip_provision}):
+            variants.append((f"{label}{' --skip-provision' if skip else ''}", repo.resolve(),
+                             base + (["--skip-provision"] if skip else [])))
     ansible = str(Path(sys.executable).parent / "ansible")
     setup_cmd = [ansible, "-i", str(inv), "all", "-m", "ansible.builtin.setup"]
-    noop: list[float] = []
+    noop: dict[str, list[float]] = {v[0]: [] for v in variants}
+    firsts: dict[str, float] = {}
     setups: list[float] = []
     last_run = None
     try:
-        first, proc = timed(deploy, env)
-        if proc.returncode != 0:
-            print(proc.stdout[-4000:], proc.stderr[-2000:])
-            print("first deploy failed")
-            return 1
-        for _ in range(args.repeat):
-            t, proc = timed(deploy, env)
-            if proc.returncode != 0 or "changed: 0 " not in proc.stdout:
-                print(proc.stdout[-3000:])
-                print("the redeploy was not a no-op")
+        for label, repo, argv in variants:
+            print(f"{label}: glmops from {repo}: deploy {' '.join(argv[5:])}", flush=True)
+            firsts[label], proc = timed(argv, env, repo)
+            if proc.returncode != 0:
+                print(proc.stdout[-4000:], proc.stderr[-2000:])
+                print(f"{label}: first deploy failed")
                 return 1
-            noop.append(t)
-            found = re.search(r"run artifacts: (\S+)", proc.stdout)
-            last_run = Path(found.group(1)) if found else None
+        for _ in range(args.repeat):
+            for label, repo, argv in variants:
+                t, proc = timed(argv, env, repo)
+                if proc.returncode != 0 or "changed: 0 " not in proc.stdout:
+                    print(proc.stdout[-3000:], proc.stderr[-2000:])
+                    print(f"{label}: the redeploy was not a no-op")
+                    return 1
+                noop[label].append(t)
+                if label == variants[0][0]:
+                    found = re.search(r"run artifacts: (\S+)", proc.stdout)
+                    last_run = Path(found.group(1)) if found else None
             t, proc = timed(setup_cmd, {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
             if proc.returncode != 0:
                 print(proc.stdout[-2000:])
@@ -177,17 +209,19 @@ def main() -> int:
         if not existed and not args.keep_lab:
             D.glmops("destroy", "-i", str(inv), "--yes")
             D.lab_down(args.lab)
-    n, s = statistics.median(noop), statistics.median(setups)
+    s = statistics.median(setups)
     print(f"hosts: 3 (lab {args.lab}{', reused' if existed else ''}), inventory {args.inventory}, "
-          f"topology {topology}, {setup['what']}")
-    print(f"first deploy            {first:8.1f} s")
-    print(f"no-op redeploy (median) {n:8.1f} s   runs: {', '.join(f'{x:.1f}' for x in noop)}")
-    print(f"ansible all -m setup    {s:8.1f} s   runs: {', '.join(f'{x:.1f}' for x in setups)}")
-    print(f"ratio no-op / setup     {n / s:8.2f}     (target <= 1.5)")
+          f"topology {topology}, {setup['what']}; {args.repeat} interleaved rounds")
+    print(f"ansible all -m setup    {s:8.2f} s   runs: {', '.join(f'{x:.2f}' for x in setups)}")
+    for label, _, _ in variants:
+        n = statistics.median(noop[label])
+        print(f"[{label}] first deploy {firsts[label]:.1f} s; no-op redeploy (median) {n:.2f} s   "
+              f"runs: {', '.join(f'{x:.2f}' for x in noop[label])}")
+        print(f"[{label}] ratio no-op / setup {n / s:.2f}     (target <= 1.5)")
     if last_run and last_run.is_dir():
+        print(f"[{variants[0][0]}]", end=" ")
         print_profile(last_run, args.top)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -60,8 +60,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 MARKER_VERSION = 1
 # Margin added to the bytes still to fetch before comparing with the free space: the larger
 # of 2 % of the checkpoint and 512 MiB (room for the client's .incomplete parts and metadata).

@@ -46,6 +46,33 @@ class LazyGroup(click.Group):
         module, attr = target.split(":")
         return getattr(importlib.import_module(module), attr)
 
+    def invoke(self, ctx: click.Context):
+        """Run the verb; what a verb did not handle still ends plainly: an inventory problem
+        (``ValidationError``, an Ansible parse error) exits 2 with every problem listed, any
+        other error exits 1 with one line. ``GLMOPS_DEBUG=1`` shows the traceback instead."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence, see the docstring
+            import os
+
+            if os.environ.get("GLMOPS_DEBUG"):
+                raise
+            from glmops.model import ValidationError
+
+            if isinstance(exc, ValidationError):
+                click.echo(f"{len(exc.problems)} problem(s); nothing was changed:", err=True)
+                for problem in exc.problems:
+                    click.echo(f"  {problem}", err=True)
+                ctx.exit(2)
+            if type(exc).__module__.startswith("ansible") and "Parser" in type(exc).__name__:
+                click.echo(f"error: the inventory cannot be read: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+                           err=True)
+                ctx.exit(2)
+            click.echo(f"error: {type(exc).__name__}: {exc}\n(set GLMOPS_DEBUG=1 to see where)", err=True)
+            ctx.exit(1)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, VERBS[name][1]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):

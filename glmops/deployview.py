@@ -44,11 +44,13 @@ class PlanProblems(Exception):
 
 
 def plan_view(inventory: str, topology: str | None = None,
-              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+              overrides: dict[str, Any] | None = None, precheck_needs: bool = False) -> dict[str, Any]:
     """Validate + plan + render the deployment in ``inventory`` (a path).
 
     ``overrides`` (variable name -> value, ``glmops_`` prefix optional) win over the
     inventory, as in ``glmops.inventory.load_deployment`` (``glmops upgrade --set``).
+    ``precheck_needs``: also add ``precheck_needs`` = ``{host: needs}``
+    (``glmops.prechecks.needs_for_deployment``, what the prechecks compare each host with).
 
     Raises :class:`PlanProblems` with every problem when the rules (or the loader)
     find any; nothing is contacted.
@@ -65,7 +67,12 @@ def plan_view(inventory: str, topology: str | None = None,
     plan, problems = rules.validate(dep)
     if problems or plan is None:
         raise PlanProblems(problems)
-    return view(dep, plan)
+    out = view(dep, plan)
+    if precheck_needs:
+        from glmops.prechecks import needs_for_deployment
+
+        out["precheck_needs"] = needs_for_deployment(dep, plan)
+    return out
 
 
 def view(dep: Deployment, plan: Plan) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from typing import Any, Callable
 
 from glmops.model import (
@@ -110,6 +111,38 @@ def plain(value: Any) -> Any:
     return value
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_SECRETISH = re.compile(r"(^|[-_.:])(api[-_]?key|token|secret|password|passwd|credentials?)($|[-_.\]\[])", re.IGNORECASE)
+# an inventory address: a host name, IPv4 or IPv6 literal (never an option such as "-oProxyCommand=")
+_ADDRESS = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
+
+
+def shown(path: str, value: Any) -> str:
+    """``repr(value)`` for a problem message, or a redaction when ``path`` names a secret."""
+    return "<redacted>" if _SECRETISH.search(path) else repr(value)
+
+
+def _check_text(value: Any, path: str, r: "_Reader") -> None:
+    """Every string (and dict key) under ``value`` is one line of text: a newline or other
+    control character would start a new directive in a unit or env file."""
+    if isinstance(value, str):
+        if _CONTROL.search(value):
+            r.problem("CONTROL_CHAR", path,
+                      f"value {shown(path, value)} contains a control character (newline, tab, NUL ...); "
+                      "accepted: one line of printable text",
+                      "a YAML '|' or '>' block adds a newline: use a plain or quoted scalar")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _CONTROL.search(key):
+                r.problem("CONTROL_CHAR", f"{path}.{key!r}",
+                          f"key {key!r} contains a control character; accepted: one line of printable text")
+            _check_text(item, f"{path}.{key}", r)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_text(item, f"{path}[{i}]", r)
+
+
 def _display_path(path: str) -> str:
     """``path`` relative to the working directory when it lies below it, else absolute."""
     absolute = os.path.abspath(path)
@@ -146,7 +179,8 @@ class _Reader:
             self.problem(
                 "TYPE",
                 path,
-                f"value {value!r} is {_type_name(value)}; accepted: {want} ({exc})",
+                f"value {shown(path, value)} is {_type_name(value)}; accepted: {want}"
+                + ("" if _SECRETISH.search(path) else f" ({exc})"),
                 "fix the value's type in the inventory",
             )
             return False, default
@@ -366,6 +400,8 @@ def _load_deployment(
         return r.sources.get(name, f"{root}/group_vars/all.yml:{name}")
 
     r.unknown_keys(raw, VARIABLES, src, "variable")
+    for key, value in raw.items():
+        _check_text(value, src(key), r)
     _check_same_on_workers(workers, layers, first_layers, r, overrides or {})
 
     v: dict[str, Any] = {}
@@ -391,6 +427,13 @@ def _load_deployment(
     default_gpus = list(range(int(hardware.get("gpus_per_node") or 0)))
     for host in all_hosts:
         host_layers = first_layers if host is workers[0] else layers.host_layers(host)
+        if host is not workers[0]:
+            # a typo in another host's vars is as wrong as one in the first worker's
+            for label, data in host_layers:
+                typos = {k: None for k in data if isinstance(k, str) and k.startswith("glmops_")
+                         and k not in VARIABLES and k not in HOST_VARIABLES}
+                if typos:
+                    r.unknown_keys(typos, VARIABLES, lambda k, label=label: label + k, "variable")
         spec = HostSpec(name=host.name, address=host.name, hardware=hardware_key,
                         groups=[g.name for g in host.groups])
         values = {}
@@ -400,7 +443,17 @@ def _load_deployment(
             if value is not None:
                 r.sources[f"hosts.{host.name}.{key[len('glmops_'):]}"] = where
             values[key] = r.typed(value, hspec, where)[1]
-        ansible_host, where = _lookup(host_layers, "ansible_host")
+        ansible_host, where_host = _lookup(host_layers, "ansible_host")
+        for key, value, at in (("ansible_host", ansible_host, where_host),
+                               ("glmops_address", values["glmops_address"], r.sources.get(f"hosts.{host.name}.address"))):
+            if value is not None and not _ADDRESS.match(str(value)):
+                r.problem("ADDRESS", at or f"{root}/host_vars/{host.name}.yml:{key}",
+                          f"{key} {str(value)!r} of host {host.name} is not accepted; accepted: a host name, "
+                          "an IPv4 or an IPv6 address")
+        for key in ("glmops_rdma_devices",):
+            _check_text(values[key], f"hosts.{host.name}.{key}", r)
+        if _CONTROL.search(host.name) or not host.name.isprintable():
+            r.problem("ADDRESS", f"{root}:{host.name!r}", f"host name {host.name!r} is not printable text; accepted: a host name")
         if values["glmops_address"]:
             spec.address = values["glmops_address"]
         elif ansible_host:
@@ -585,8 +638,13 @@ _FIELD_VARS = {
 def _env(data: dict, r: _Reader, path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in data.items():
+        if not _ENV_NAME.match(str(key)):
+            r.problem("ENV_NAME", f"{path}.{key}", f"environment variable name {str(key)!r} is not accepted; "
+                      "accepted: letters, digits and _, not starting with a digit")
+            continue
         if isinstance(value, (dict, list)) or value is None:
-            r.problem("TYPE", f"{path}.{key}", f"value {value!r} for env {key} is not a scalar; accepted: a string or number")
+            r.problem("TYPE", f"{path}.{key}", f"value {shown(str(key), value)} for env {key} is not a scalar; "
+                      "accepted: a string or number")
             continue
         out[str(key)] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return out

@@ -28,9 +28,10 @@ DOCKER = "/usr/bin/docker"
 NOFILE = 1048576
 START_LIMIT_INTERVAL_S = 1800
 START_LIMIT_BURST = 3
-_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
-_ENV_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./*-]*$")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+\Z")
+_ENV_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./*-]*\Z")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass
@@ -66,6 +67,10 @@ def systemd_quote(word: str) -> str:
     ``$`` -> ``$$`` always (no specifier/env expansion); plain words stay bare; others go
     in single quotes, or in double quotes with ``\\`` and ``\"`` escapes when the word
     has a backslash or a single quote (systemd unescapes C escapes)."""
+    if _CONTROL.search(word):
+        # a newline would end ExecStart= and start a directive of its own (glmops.inventory
+        # refuses such values first; this keeps any other path from writing one)
+        raise ValueError(f"argument {word!r} contains a control character; accepted: one line of printable text")
     word = word.replace("%", "%%").replace("$", "$$")
     if word and _SAFE.match(word):
         return word
@@ -113,8 +118,8 @@ def env_lines(dep: Deployment, svc: Service) -> list[tuple[str, str]]:
         if not _ENV_KEY.match(key):
             raise ValueError(f"{svc.name}: environment variable name {key!r} is not valid (letters, digits, _)")
         value = str(env[key])
-        if "\n" in value:
-            raise ValueError(f"{svc.name}: environment variable {key} has a newline in its value")
+        if _CONTROL.search(value):
+            raise ValueError(f"{svc.name}: environment variable {key} has a control character in its value")
         if not _ENV_SAFE.match(value):
             value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
         out.append((key, value))

@@ -19,7 +19,9 @@ from typing import Any, Iterable
 from glmops import catalog as catalog_mod
 from glmops.model import Deployment, Plan, PoolSpec, Problem, Service, ValidationError
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
+#: upper bound of tp/pp/ep/dp/replicas: far above any cluster, low enough that planning stays instant
+MAX_PARALLEL = 65536
 from glmops.variables import CHECKPOINT_KEYS, VARIABLES  # noqa: E402  (choices have one source)
 
 TOPOLOGIES = VARIABLES["glmops_topology"].choices or ()
@@ -200,10 +202,24 @@ def check(dep: Deployment) -> list[Problem]:
 
 # The deployment name goes into unit, env and config file names on every host: keep it a plain
 # name (no '/', '..', spaces), like a systemd unit name component.
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 # Engine flags that would put a secret on the command line (argv is world-readable in /proc and
 # lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault.
-_SECRET_FLAG_RE = re.compile(r"(^|-|_)(api-?key|token|secret|password)($|-|_)", re.IGNORECASE)
+_SECRET_FLAG_RE = re.compile(
+    r"(^|-|_)(api[-_]?key|token(?![-_]?(ids?|counts?|budget|limits?|len|length|per)($|-|_))"
+    r"|secret|password|passwd|credentials?)($|-|_)", re.IGNORECASE)
+
+
+def _secret_keys(data: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of the keys under ``data`` (nested mappings) that name a secret."""
+    found = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if _SECRET_FLAG_RE.search(str(key).lstrip("-")):
+                found.append(path)
+            found += _secret_keys(value, path)
+    return found
 
 
 def _check_names(dep: Deployment, out: list[Problem]) -> None:
@@ -214,16 +230,19 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
             f"deployment name {dep.name!r} is not accepted: use 1-40 characters a-z, 0-9 and '-', "
             "starting with a letter or digit (it names units and files on every host)",
             "set glmops_deployment, e.g. flash-b200"))
-    scopes = [("engine_args", dep.engine_args)] + [
-        (f"pools.{p.role}.engine_args", p.engine_args) for p in dep.pools]
-    for where, args in scopes:
-        for flag in args or {}:
-            if _SECRET_FLAG_RE.search(str(flag).lstrip("-")):
-                out.append(Problem(
-                    "SECRET_IN_ARGV", dep.source(where) if where == "engine_args" else f"{dep.source('pools')}.{where}",
-                    f"engine flag {flag!r} would put a secret on the command line (argv, unit file); "
-                    "accepted: secrets only through the environment",
-                    "put it in glmops_env (written to a 0600 env file), e.g. VLLM_API_KEY, from Ansible Vault"))
+    scopes = [("engine_args", dep.engine_args, "engine flag", "the command line (argv, unit file)"),
+              ("router.args", dep.router.args, "router flag", "the command line (argv, unit file)"),
+              ("engine_config", dep.engine_config, "engine config key", "the engine's YAML config (0644)")]
+    scopes += [(f"pools.{p.role}.engine_args", p.engine_args, "engine flag", "the command line (argv, unit file)")
+               for p in dep.pools]
+    scopes += [(f"pools.{p.role}.engine_config", p.engine_config, "engine config key", "the engine's YAML config (0644)")
+               for p in dep.pools]
+    for where, data, what, lands in scopes:
+        for key in _secret_keys(data or {}):
+            out.append(Problem(
+                "SECRET_IN_ARGV", _src(dep, f"{where}.{key.split('.')[0]}", where, "pools"),
+                f"{what} {key!r} would put a secret into {lands}; accepted: secrets only through the environment",
+                "put it in glmops_env (written to a 0600 env file), e.g. VLLM_API_KEY, from Ansible Vault"))
 
 
 # front-door kind (glmops.plan.router_kind) -> catalog engine entry listing its --policy choices
@@ -336,10 +355,10 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
     for pool in dep.pools:
         ppath = _src(dep, f"pools.{pool.role}")
         bad_keys = [k for k in ("tp", "pp", "ep", "dp", "replicas")
-                    if not isinstance(getattr(pool, k), int) or getattr(pool, k) < 1]
+                    if not isinstance(getattr(pool, k), int) or not 1 <= getattr(pool, k) <= MAX_PARALLEL]
         for key in bad_keys:
             _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.{key}", f"pools.{pool.role}"),
-                     f"pool {pool.role} {key} {getattr(pool, key)!r} is not accepted; accepted: an integer >= 1")
+                     f"pool {pool.role} {key} {getattr(pool, key)!r} is not accepted; accepted: an integer 1..{MAX_PARALLEL}")
         if bad_keys:
             continue
         world = pool.world_size
@@ -975,6 +994,12 @@ def check_plan(plan: Plan, dep: Deployment | None = None) -> list[Problem]:
         reported: set[tuple[str, str]] = set()
         for svc in services:
             for purpose, ports in _service_ports(svc).items():
+                outside = [p for p in ports if not isinstance(p, int) or not 1024 <= p <= 65535]
+                if outside:
+                    _problem(out, "PORT", _service_path(dep, svc, purpose),
+                             f"{svc.name} on host {host} would listen on {purpose} port(s) {outside}; "
+                             "accepted: 1024..65535 (the services run as the unprivileged service user; "
+                             "each replica or rank takes the next port)")
                 for port in ports:
                     if port in owners:
                         other, other_purpose = owners[port]
@@ -1073,6 +1098,8 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     problems = check(dep)
     if any(p.code == "CATALOG_KEY" for p in problems):
         return None, problems
+    if any(p.code == "PARALLELISM" and f"1..{MAX_PARALLEL}" in p.message for p in problems):
+        return None, problems  # out-of-range sizes: placing them would not end
     plan = None
     try:
         from glmops import plan as plan_mod

@@ -7,6 +7,11 @@ with per-host stats, per-service readiness (from the ``glmops_hostctl.py`` gate 
 status outputs) and every failure message. ``print_summary`` prints the per-host
 summary table (host, service, state, time-to-ready) and the endpoint URL.
 
+The plan play (playbooks/plays/plan.yml) writes the Plan's secret-free summary into the
+run dir (``plan-summary.json``, extra var ``glmops_plan_summary``); it becomes
+``RunResult.plan``, and a plan refused for bad input becomes ``RunResult.plan_problems``,
+so a CLI verb need not plan on the controller before the run.
+
 Artifacts of every run are kept under ``./.glmops/runs/<UTC timestamp>-<verb>/``
 (``GLMOPS_RUNS_DIR`` overrides the parent), whose path is printed. Nothing secret is
 passed as an extra var, and tasks touching secrets are ``no_log``, so the artifacts
@@ -40,6 +45,8 @@ STATUS_TASK = "Read service status"
 # answered /health (a no-op deploy skips the gate); the gate's rows replace them
 STATE_TASK = "Read this deployment's files and units on the host"
 OUTPUT_TASKS = ("Journal lines",)  # their stdout is shown by the CLI (glmops logs)
+PLAN_TASK = "Validate and plan"  # playbooks/plays/plan.yml (glmops_plan on localhost)
+PLAN_SUMMARY = "plan-summary.json"
 
 
 @dataclass
@@ -75,6 +82,10 @@ class RunResult:
     failures: list[str] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     check: bool = False
+    # the plan play's summary (glmops_plan's ``summary``), None when the run has no plan play
+    plan: dict[str, Any] | None = None
+    # the plan play refused the inventory: its message, one problem per line after the first
+    plan_problems: str = ""
 
     @property
     def changed(self) -> int:
@@ -143,7 +154,7 @@ def run(
             project_dir=str(REPO),
             playbook=str(PLAYBOOKS / playbook),
             inventory=str(Path(inventory).resolve()),
-            extravars=extravars or {},
+            extravars={**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)},
             cmdline=" ".join(cmdline) or None,
             # the first play (validate + plan) runs on localhost: keep it inside any --limit
             limit=f"{limit},localhost" if limit else None,
@@ -157,6 +168,9 @@ def run(
     result.status = r.status
     result.rc = 0 if (r.rc == 0 and r.status == "successful") else 1
     view.close()
+    summary = rundir / PLAN_SUMMARY
+    if summary.is_file():
+        result.plan = json.loads(summary.read_text())
     if result.rc and not result.failures:
         # the run failed before any host result (bad playbook, missing ansible-playbook...)
         tail = (rundir / "artifacts" / "run" / "stdout")
@@ -213,6 +227,8 @@ def _collect(result: RunResult, event: dict) -> None:
     elif kind == "runner_on_failed" and not data.get("ignore_errors"):
         stats.failed += 1
         msg = _failure_text(res)
+        if task == PLAN_TASK and host == "localhost":
+            result.plan_problems = msg
         stats.messages.append(msg)
         result.failures.append(f"{host}: {task}: {msg}")
     elif kind == "runner_on_unreachable":

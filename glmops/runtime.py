@@ -59,8 +59,8 @@ def engine_pins(dep: Deployment, engine_key: str) -> list[str]:
 
 #: roles/engine_runtime's Dockerfile template: one template for the role and for the Plan.
 DOCKERFILE_TEMPLATE = Path(__file__).resolve().parent.parent / "roles" / "engine_runtime" / "templates" / "Dockerfile.j2"
-_SAFE_PIN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*;: \'@/+]*$')
-_SAFE_IMAGE = re.compile(r"^[a-z0-9][A-Za-z0-9._\-/:@]*$")
+_SAFE_PIN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*;: \'@/+]*\Z')
+_SAFE_IMAGE = re.compile(r"^[a-z0-9][A-Za-z0-9._\-/:@]*\Z")
 
 
 def image_repo(engine_key: str) -> str:

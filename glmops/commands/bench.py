@@ -99,6 +99,14 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
     bad_url = endpoint_problem("--endpoint", endpoint)
     if bad_url:
         problems.append(bad_url)
+    if bench_host not in ("router", "controller") and (dep is None or bench_host not in dep.hosts):
+        hosts = sorted(dep.hosts) if dep is not None else []
+        problems.append(f"--bench-host {bench_host!r} is not accepted; accepted: router, controller"
+                        + (f" or an inventory host ({', '.join(hosts)})" if hosts else " (or a host of -i/--inventory)"))
+    if gpus is not None and gpus < 1:
+        problems.append(f"--gpus {gpus} is not accepted; accepted: an integer >= 1")
+    if point_timeout is not None and point_timeout <= 0:
+        problems.append(f"--point-timeout {point_timeout} is not accepted; accepted: seconds > 0")
     if problems:
         _fail(problems)
     if target is None:

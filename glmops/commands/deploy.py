@@ -2,8 +2,10 @@
 
 Each verb validates and plans on the controller first (bad input: every problem,
 exit 2, no host contacted), then runs its playbook (``playbooks/<verb>.yml``) through
-``glmops.runner`` and prints the per-host summary. Exit codes: 0 ok, 1 the run
-failed (a host unreachable, a unit not ready, a task failed), 2 bad input.
+``glmops.runner`` and prints the per-host summary. ``deploy`` leaves that to its run's
+first play (the Plan is built once, in the glmops_plan plugin: exit 2 when it refuses).
+Exit codes: 0 ok, 1 the run failed (a host unreachable, a unit not ready, a task failed),
+2 bad input.
 """
 from __future__ import annotations
 
@@ -44,6 +46,19 @@ def load_plan(inventory: str, topology: str | None) -> dict[str, Any]:
         sys.exit(2)
 
 
+def exit_if_plan_refused(result: runner.RunResult) -> None:
+    """Exit 2 printing every problem when the run's plan play refused the inventory (bad
+    input: the run stopped on the controller, no host contacted); else return."""
+    if not result.plan_problems:
+        return
+    head, *problems = result.plan_problems.strip().splitlines()
+    err = Console(stderr=True, highlight=False)
+    err.print(head.removeprefix("glmops_plan: "), markup=False, soft_wrap=True)
+    for problem in problems:
+        err.print(f"  {problem}", markup=False, soft_wrap=True)
+    sys.exit(2)
+
+
 def _extravars(topology: str | None, **more: Any) -> dict[str, Any]:
     out = {k: v for k, v in more.items() if v is not None}
     if topology:
@@ -73,11 +88,14 @@ def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke):
     from glmops.commands.provision import ReportCollector, print_reports, reports
 
     console = _console()
-    plan = load_plan(inventory, topology)
     collector = ReportCollector()
+    # validate + plan happen once, in the run's plan play (bad input: exit 2, no host
+    # contacted); its summary (result.plan) feeds the table
     result = runner.run("deploy", "deploy.yml", inventory,
                         _extravars(topology, glmops_provision=False if skip_provision else None),
                         check=check, diff=diff, limit=limit, console=console, on_event=collector)
+    exit_if_plan_refused(result)
+    plan = result.plan or {}
     if not all(r.get("ok") for r in collector.reports.values()):
         # a failed precheck stopped the run (any_errors_fatal) before any engine unit changed
         print_reports(reports(result, collector.reports), console)
@@ -211,7 +229,8 @@ def ssh_command(inventory: str, host: str, remote: list[str]) -> list[str]:
     argv += shlex.split(str(hv.get("ansible_ssh_common_args") or ""))
     user = hv.get("ansible_user")
     target = str(hv.get("ansible_host") or host)
-    argv.append(f"{user}@{target}" if user else target)
+    # "--": the destination is never read as an option (an address such as "-oProxyCommand=...")
+    argv += ["--", f"{user}@{target}" if user else target]
     return argv + [shlex.join(remote)]
 
 

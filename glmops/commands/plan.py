@@ -52,6 +52,20 @@ def table_text(plan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def redacted(data):
+    """``data`` (a Plan as dicts/lists) with the values of secret-looking keys (``*TOKEN*``,
+    ``*API_KEY*``, ``*SECRET*``, ``*PASSWORD*``) shown as ``<redacted>``: the env files
+    (``--out``, mode 0600) carry them, the printed Plan does not."""
+    from glmops.inventory import _SECRETISH
+
+    if isinstance(data, dict):
+        return {k: "<redacted>" if isinstance(k, str) and _SECRETISH.search(k) and isinstance(v, (str, int, float))
+                else redacted(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [redacted(v) for v in data]
+    return data
+
+
 @click.command("plan")
 @click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
               help="Inventory directory (hosts.yml + group_vars/) or file.")
@@ -81,11 +95,11 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) ->
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     if fmt == "json":
-        click.echo(json.dumps(the_plan.to_dict(), indent=2))
+        click.echo(json.dumps(redacted(the_plan.to_dict()), indent=2))
     elif fmt == "yaml":
         import yaml
 
-        click.echo(yaml.safe_dump(the_plan.to_dict(), sort_keys=False), nl=False)
+        click.echo(yaml.safe_dump(redacted(the_plan.to_dict()), sort_keys=False), nl=False)
     else:
         click.echo(table_text(the_plan), nl=False)
     if out_dir:

@@ -355,7 +355,9 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
     unmount, remove cgroups, nft table, bridge, host-settings claim, state dir.
     Raises LabError listing what could not be removed.
     """
-    problems = root_problem()
+    # the name becomes paths (state dir, cgroups) that are killed and removed: a name such as
+    # '..' or '' would reach the machine's root cgroup and /var/lib
+    problems = check_name(name) + root_problem()
     if problems:
         raise LabError(problems, exit_code=2)
     d = state_dir(name)

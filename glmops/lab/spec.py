@@ -27,7 +27,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_HIERARCHIES = ("systemd", "unified")
 HOST_OFFSET = 10          # lab-i gets address .(10+i)
 MAX_HOSTS = 200
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}\Z")
 PROFILES = ("cpu", "b200-sim", "h200-sim")
 
 

@@ -161,7 +161,7 @@ def get_set(name: str) -> WheelSet:
         ) from None
 
 
-_WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+_WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl\Z")
 
 
 def parse_wheel_name(filename: str) -> tuple[str, str]:

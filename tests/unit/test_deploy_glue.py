@@ -145,7 +145,10 @@ def test_runner_and_cli_on_bad_input(tmp_path, monkeypatch):
                           capture_output=True, text=True, cwd=REPO, timeout=120,
                           env={**ENV, "GLMOPS_RUNS_DIR": str(tmp_path / "runs2")})
     assert proc.returncode == 2 and "vllmm" in proc.stderr
-    assert not (tmp_path / "runs2").exists()  # bad input: no run at all
+    assert "problem(s) in" in proc.stderr and "no host contacted" in proc.stderr
+    # bad input: the run stopped in its plan play, on the controller: no lab host in any event
+    events = " ".join(p.read_text() for p in (tmp_path / "runs2").glob("*/artifacts/run/job_events/*.json"))
+    assert events and "lab-1" not in events and "192.0.2." not in events
 
 
 def test_cli_verbs_are_registered():
@@ -317,4 +320,4 @@ def test_logs_follow_ssh_command_uses_the_inventory_connection():
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
     assert argv[argv.index("-i") + 1] == "/var/lib/glmops-lab/glmops/id_ed25519"
     assert "UserKnownHostsFile=/var/lib/glmops-lab/glmops/known_hosts" in argv
-    assert argv[-2:] == ["root@10.77.0.12", "journalctl -f --unit=glm-lab-decode-0.service"]
+    assert argv[-3:] == ["--", "root@10.77.0.12", "journalctl -f --unit=glm-lab-decode-0.service"]

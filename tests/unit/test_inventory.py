@@ -218,3 +218,56 @@ def test_yaml_error_in_group_vars_is_a_problem_not_a_traceback(tmp_path):
         load_deployment(root)
     (problem,) = err.value.problems
     assert problem.code == "INVENTORY" and "YAML" in problem.message
+
+
+@pytest.mark.parametrize("over,path_part", [
+    ({"glmops_engine_args": {"trust-remote-code": ["yes\n", "ExecStartPre=+/usr/bin/touch", "/tmp/pwned\n"]}},
+     "glmops_engine_args.trust-remote-code[0]"),
+    ({"glmops_served_model_name": "flash\nExecStartPre=+/bin/true"}, "glmops_served_model_name"),
+    ({"glmops_engine_version": "0.32.0\n"}, "glmops_engine_version"),
+    ({"glmops_env": {"FOO": "bar\nBAZ=1"}}, "glmops_env.FOO"),
+])
+def test_a_newline_in_any_value_is_refused_before_rendering(tmp_path, over, path_part):
+    """A newline would end ExecStart= (or an env line) and start a directive of its own, run as
+    root with '+': every string under glmops_* is one line, refused with the key path."""
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg(**over))
+    problems = [p for p in load_deployment(inv).extra["problems"] if p.code == "CONTROL_CHAR"]
+    assert problems, "a newline was accepted"
+    assert any(path_part in p.path for p in problems), [p.path for p in problems]
+    assert all("accepted: one line of printable text" in p.message for p in problems)
+
+
+def test_env_names_and_secret_values_in_problems(tmp_path):
+    gv = vllm_b200_disagg(glmops_env={"A=B": "x", "FOO\n": "y", "HF_TOKEN": ["hf_SECRETLIST"]})
+    problems = load_deployment(write_inventory(tmp_path / "inv", gv)).extra["problems"]
+    text = "\n".join(p.message for p in problems)
+    assert "environment variable name 'A=B' is not accepted" in text
+    assert "hf_SECRETLIST" not in text and "<redacted>" in text
+
+
+@pytest.mark.parametrize("address", ["-oProxyCommand=touch /tmp/pwned", "bad address; rm -rf /", "10.0.0.1\n"])
+def test_host_addresses_that_are_not_addresses_are_refused(tmp_path, address):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg(), hosts={"gpu-a": {"ansible_host": address}})
+    problems = [p for p in load_deployment(inv).extra["problems"] if p.code == "ADDRESS"]
+    assert problems and "accepted: a host name, an IPv4 or an IPv6 address" in problems[0].message
+
+
+def test_systemd_quote_refuses_control_characters():
+    from glmops.render import systemd_quote
+
+    with pytest.raises(ValueError, match="control character"):
+        systemd_quote("yes\nExecStartPre=+/bin/true")
+    assert systemd_quote("plain") == "plain"
+
+
+def test_a_typo_in_another_hosts_vars_is_reported_once(tmp_path):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg(glmops_bogus_all=1),
+                          hosts={"gpu-a": {}, "gpu-b": {}, "gpu-c": {}},
+                          host_vars={"gpu-c": {"glmops_max_seq_lenn": 4096}})
+    problems = [p for p in load_deployment(inv).extra["problems"] if p.code == "UNKNOWN_KEY"]
+    from glmops.rules import _dedupe
+
+    problems = _dedupe(problems)
+    paths = sorted(p.path.rsplit("/", 1)[-1] for p in problems)
+    assert paths == ["all.yml:glmops_bogus_all", "gpu-c.yml:glmops_max_seq_lenn"], paths
+    assert "did you mean 'glmops_max_seq_len'" in next(p.hint for p in problems if "lenn" in p.path)

@@ -267,3 +267,20 @@ def test_a_refused_lab_up_leaves_no_shared_dir_behind(monkeypatch, tmp_path):
     res = CliRunner().invoke(lab_cli, ["up", "--name", "t2"])
     assert res.exit_code == 1 and "already in use" in res.output, res.output
     assert not spec.shared_dir("t2").exists()
+
+
+@pytest.mark.parametrize("name", ["..", "", ".", "a/../..", "ok\n", "BAD NAME"])
+def test_lab_down_refuses_a_name_that_is_not_a_lab_name(monkeypatch, name):
+    """The name becomes cgroup and state paths that down kills and removes: '..' would be the
+    machine's root cgroup and /var/lib. Refused (exit 2) before any process or file is looked at."""
+    monkeypatch.setattr(core.H, "cgroup_pids", lambda *a: pytest.fail("processes were looked up"))
+    monkeypatch.setattr(core.shutil, "rmtree", lambda *a, **k: pytest.fail("something was removed"))
+    with pytest.raises(core.LabError) as exc:
+        core.down(name, log=lambda m: None)
+    assert exc.value.exit_code == 2 and f"--name {name!r}" in "\n".join(exc.value.problems)
+    res = CliRunner().invoke(lab_cli, ["down", "--name", name])
+    assert res.exit_code == 2, res.output
+
+
+def test_lab_names_with_a_trailing_newline_are_refused():
+    assert spec.check_name("ok\n") and not spec.check_name("ok")

@@ -654,6 +654,19 @@ def test_secret_engine_flags_are_refused_with_every_other_problem(tmp_path):
     assert all("sk-NOT-IN-ARGV" not in str(p) for p in problems)
 
 
+def test_secrets_in_router_args_config_keys_and_underscore_flags_are_refused(tmp_path):
+    gv = vllm_b200_disagg(glmops_engine_args={"API_KEY": "sk-A"},
+                          glmops_engine_config={"auth": {"hf_token": "hf_B"}})
+    gv["glmops_topologies"]["disagg"]["router"]["args"] = {"api-key": "sk-C"}
+    _dep, _plan, problems = run(tmp_path, gv)
+    secret = [p for p in problems if p.code == "SECRET_IN_ARGV"]
+    text = "\n".join(p.message for p in secret)
+    assert "engine flag 'API_KEY'" in text and "router flag 'api-key'" in text
+    assert "engine config key 'auth.hf_token'" in text and "YAML config" in text
+    assert not any(v in str(p) for p in problems for v in ("sk-A", "hf_B", "sk-C"))
+    assert not any("pools.pools" in p.path for p in problems)
+
+
 def test_an_unknown_engine_does_not_hide_the_other_problems(tmp_path):
     """Every problem at once: with glmops_engine unknown, the checks that need only the model,
     variant and hardware still run (pools vs GPUs, max_seq_len)."""
@@ -672,3 +685,30 @@ def test_an_empty_gpu_list_says_what_to_set(tmp_path):
     msg = problems[0].message
     assert "glmops_gpus [] lists no GPU" in msg and "0..7" in msg and "unset for all 8" in msg
     assert "<= 0" not in msg
+
+
+def test_a_huge_replica_count_is_refused_at_once_not_planned(tmp_path):
+    import time as _t
+
+    gv = trtllm_b200("agg")
+    gv["glmops_topologies"]["agg"]["pools"]["agg"]["replicas"] = 1_000_000_000
+    start = _t.monotonic()
+    _d, plan, problems = run(tmp_path, gv)
+    assert _t.monotonic() - start < 10
+    assert plan is None and codes(problems) == ["PARALLELISM"]
+    assert "replicas 1000000000 is not accepted; accepted: an integer 1..65536" in problems[0].message
+
+
+@pytest.mark.parametrize("where,port,needle", [
+    ("router", -1, "[-1]"), ("router", 22, "[22]"), ("pool", 65535, "[65536]"),
+])
+def test_ports_outside_the_unprivileged_range_are_refused(tmp_path, where, port, needle):
+    gv = trtllm_b200("disagg")
+    topo = gv["glmops_topologies"]["disagg"]
+    if where == "router":
+        topo["router"]["port"] = port
+    else:  # 2 context replicas on one host: the second takes port + 1
+        topo["pools"]["context"].update(tp=2, ep=2, replicas=2, port=port)
+    _d, _p, problems = run(tmp_path, gv)
+    msgs = [p.message for p in problems if p.code == "PORT"]
+    assert any(needle in m and "accepted: 1024..65535" in m for m in msgs), problems

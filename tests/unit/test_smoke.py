@@ -215,3 +215,19 @@ def test_an_endpoint_that_is_not_a_url_is_refused_before_any_request(verb, url, 
     r = CliRunner().invoke(main, [verb, "--endpoint", url, "--model", "m"], env={"COLUMNS": "300"})
     assert r.exit_code == 2, r.output
     assert needle in " ".join(r.output.split()), r.output
+
+
+def test_bench_flags_are_checked_together_before_any_ssh():
+    from click.testing import CliRunner
+
+    from glmops.cli import main
+
+    from pathlib import Path
+
+    inv = str(Path(__file__).resolve().parents[2] / "inventories" / "b200")
+    r = CliRunner().invoke(main, ["bench", "-i", inv, "--bench-host", "nonexistent", "--gpus", "0",
+                                  "--point-timeout", "-1"], env={"COLUMNS": "300"})
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert "--bench-host 'nonexistent' is not accepted; accepted: router, controller or an inventory host (b200-node-0)" in out
+    assert "--gpus 0 is not accepted" in out and "--point-timeout -1.0 is not accepted" in out

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from click.testing import CliRunner
 from inventory_factory import REV, vllm_b200_disagg, write_inventory
 
@@ -101,3 +103,47 @@ def test_validate_runs_no_ssh(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "F12_REVISION" in proc.stdout
     assert not marker.exists(), marker.read_text()
+
+
+@pytest.mark.parametrize("verb", ["check", "provision", "history", "rollback", "status"])
+def test_an_unreadable_inventory_is_exit_2_without_a_traceback_on_every_verb(tmp_path, verb):
+    import shutil as _sh
+
+    from click.testing import CliRunner
+
+    from glmops.cli import main
+
+    inv = tmp_path / "inv"
+    _sh.copytree(Path(__file__).resolve().parents[2] / "inventories" / "b200", inv)
+    with open(inv / "group_vars" / "all.yml", "a") as fh:
+        fh.write("glmops_model: [unclosed\n")
+    r = CliRunner().invoke(main, [verb, "-i", str(inv)], env={"COLUMNS": "300"})
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "YAML parsing failed" in r.output
+
+
+def test_an_unexpected_error_is_one_line_and_exit_1(monkeypatch):
+    from click.testing import CliRunner
+
+    from glmops import cli
+
+    @cli.click.command("boom")
+    def boom():
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setitem(cli.VERBS, "boom", ("tests_boom:boom", "x"))
+    monkeypatch.setattr(cli.LazyGroup, "get_command", lambda self, ctx, name: boom)
+    monkeypatch.delenv("GLMOPS_DEBUG", raising=False)
+    r = CliRunner().invoke(cli.main, ["boom"])
+    assert r.exit_code == 1 and "error: RuntimeError: disk on fire" in r.output
+    assert "GLMOPS_DEBUG=1" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_printed_plans_redact_secret_env_values_but_keep_token_counts(tmp_path, fmt):
+    gv = vllm_b200_disagg(glmops_env={"VLLM_API_KEY": "sk-PLAN-SECRET"}, glmops_max_num_tokens=8192)
+    inv = write_inventory(tmp_path / "inv", gv)
+    r = CliRunner().invoke(main, ["plan", "-i", str(inv), "--format", fmt])
+    assert r.exit_code == 0, r.output
+    assert "sk-PLAN-SECRET" not in r.output and "<redacted>" in r.output
+    assert "8192" in r.output

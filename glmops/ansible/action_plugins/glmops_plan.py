@@ -11,6 +11,13 @@ Options:
   inventory: path of the inventory (default: the play's first inventory source)
   topology:  ``agg`` | ``disagg`` override (default: the inventory's ``glmops_topology``)
   overrides: dict of variable -> value that win over the inventory (``glmops upgrade --set``)
+  summary:   path of a JSON file to write the Plan's secret-free summary into (the CLI's
+             run dir: ``glmops.runner`` reads it for its summary table, so the CLI does not
+             plan a second time): ``{deployment, model, served_model_name, engine, topology,
+             endpoint_url, services: [service view without paths]}``
+  precheck_needs: true (default) returns ``precheck_needs`` = ``{host: needs}`` beside ``plan``
+             (:func:`glmops.prechecks.needs_for_deployment` of this Plan), so the prechecks
+             role does not plan again per host
 
 Returns (register it; plain data, no facts, so nothing lands in a fact cache):
   failed + msg listing every problem (``[CODE] path: message (hint: ...)``) on bad input;
@@ -31,7 +38,7 @@ class ActionModule(ActionBase):
     """Validate + plan on the controller; see the module docstring."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("inventory", "topology", "overrides"))
+    _VALID_ARGS = frozenset(("inventory", "topology", "overrides", "summary", "precheck_needs"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -48,7 +55,8 @@ class ActionModule(ActionBase):
         from glmops.deployview import PlanProblems, plan_view
 
         try:
-            view = plan_view(inventory, topology, self._task.args.get("overrides") or None)
+            view = plan_view(inventory, topology, self._task.args.get("overrides") or None,
+                             precheck_needs=bool(self._task.args.get("precheck_needs", True)))
         except PlanProblems as exc:
             lines = [str(p) for p in exc.problems]
             result.update(
@@ -58,7 +66,11 @@ class ActionModule(ActionBase):
                 problems=[p.__dict__ for p in exc.problems],
             )
             return result
+        # beside the plan, not in it: the plan (and its hash in the generation records) stays as it was
+        result["precheck_needs"] = view.pop("precheck_needs", None)
         result["plan"] = view
+        if self._task.args.get("summary"):
+            write_summary(self._task.args["summary"], view)
         # env files may carry API keys: never display or log this result
         result["_ansible_no_log"] = True
         return result
@@ -73,3 +85,17 @@ def _inventory_source(task_vars: dict) -> str | None:
         if src and os.path.exists(src):
             return src
     return task_vars.get("inventory_dir") or None
+
+
+SUMMARY_KEYS = ("deployment", "model", "served_model_name", "engine", "topology", "endpoint_url")
+
+
+def write_summary(path: str, view: dict) -> None:
+    """Write the secret-free part of a plan view (``SUMMARY_KEYS`` and the service views
+    without their file paths) as JSON to ``path``; the parent directory must exist."""
+    import json
+
+    out = {k: view.get(k) for k in SUMMARY_KEYS}
+    out["services"] = [{k: v for k, v in svc.items() if k != "paths"} for svc in view.get("services", [])]
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(out, fh)

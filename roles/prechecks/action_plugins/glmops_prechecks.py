@@ -12,7 +12,9 @@ What a host needs, lowest precedence first:
   3. ``needs``: explicit values (the role's ``prechecks_*`` variables; ``null`` = keep).
 
 Options: ``needs`` (dict), ``deployment`` (bool, default true), ``inventory`` (path, default
-the play's inventory). Returns ``report`` = ``{host, ok, failed: [msg], warnings, checks}``
+the play's inventory), ``deployment_needs`` (dict: this host's needs from the deployment,
+as the plan play's ``glmops_plan`` computed them; when given, 2. uses it instead of planning
+the inventory again). Returns ``report`` = ``{host, ok, failed: [msg], warnings, checks}``
 and never fails itself unless the facts cannot be read: the role decides what to refuse,
 after every host has reported.
 """
@@ -51,7 +53,7 @@ class ActionModule(ActionBase):
     """See the module docstring."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("needs", "deployment", "inventory"))
+    _VALID_ARGS = frozenset(("needs", "deployment", "inventory", "deployment_needs"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -65,7 +67,10 @@ class ActionModule(ActionBase):
         except LookupError as exc:
             raise AnsibleActionFail(f"glmops_prechecks: {host}: glmops_hardware: {exc}") from exc
         use_dep = self._task.args.get("deployment", True)
-        if use_dep and task_vars.get("glmops_model"):
+        planned = self._task.args.get("deployment_needs")
+        if use_dep and task_vars.get("glmops_model") and isinstance(planned, dict):
+            needs.update(planned)
+        elif use_dep and task_vars.get("glmops_model"):
             inventory = self._task.args.get("inventory") or _inventory_source(task_vars)
             if inventory:
                 try:
