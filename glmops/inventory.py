@@ -24,6 +24,9 @@ import re
 from typing import Any, Callable
 
 from glmops.model import (
+    CONTROL_CHARS,
+    ENV_NAME,
+    SECRET_NAME,
     CheckpointSpec,
     Deployment,
     HostSpec,
@@ -111,30 +114,27 @@ def plain(value: Any) -> Any:
     return value
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_SECRETISH = re.compile(r"(^|[-_.:])(api[-_]?key|token|secret|password|passwd|credentials?)($|[-_.\]\[])", re.IGNORECASE)
 # an inventory address: a host name, IPv4 or IPv6 literal (never an option such as "-oProxyCommand=")
 _ADDRESS = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
 
 
 def shown(path: str, value: Any) -> str:
     """``repr(value)`` for a problem message, or a redaction when ``path`` names a secret."""
-    return "<redacted>" if _SECRETISH.search(path) else repr(value)
+    return "<redacted>" if SECRET_NAME.search(path) else repr(value)
 
 
 def _check_text(value: Any, path: str, r: "_Reader") -> None:
     """Every string (and dict key) under ``value`` is one line of text: a newline or other
     control character would start a new directive in a unit or env file."""
     if isinstance(value, str):
-        if _CONTROL.search(value):
+        if CONTROL_CHARS.search(value):
             r.problem("CONTROL_CHAR", path,
                       f"value {shown(path, value)} contains a control character (newline, tab, NUL ...); "
                       "accepted: one line of printable text",
                       "a YAML '|' or '>' block adds a newline: use a plain or quoted scalar")
     elif isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and _CONTROL.search(key):
+            if isinstance(key, str) and CONTROL_CHARS.search(key):
                 r.problem("CONTROL_CHAR", f"{path}.{key!r}",
                           f"key {key!r} contains a control character; accepted: one line of printable text")
             _check_text(item, f"{path}.{key}", r)
@@ -180,7 +180,7 @@ class _Reader:
                 "TYPE",
                 path,
                 f"value {shown(path, value)} is {_type_name(value)}; accepted: {want}"
-                + ("" if _SECRETISH.search(path) else f" ({exc})"),
+                + ("" if SECRET_NAME.search(path) else f" ({exc})"),
                 "fix the value's type in the inventory",
             )
             return False, default
@@ -452,7 +452,7 @@ def _load_deployment(
                           "an IPv4 or an IPv6 address")
         for key in ("glmops_rdma_devices",):
             _check_text(values[key], f"hosts.{host.name}.{key}", r)
-        if _CONTROL.search(host.name) or not host.name.isprintable():
+        if CONTROL_CHARS.search(host.name) or not host.name.isprintable():
             r.problem("ADDRESS", f"{root}:{host.name!r}", f"host name {host.name!r} is not printable text; accepted: a host name")
         if values["glmops_address"]:
             spec.address = values["glmops_address"]
@@ -638,7 +638,7 @@ _FIELD_VARS = {
 def _env(data: dict, r: _Reader, path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in data.items():
-        if not _ENV_NAME.match(str(key)):
+        if not ENV_NAME.match(str(key)):
             r.problem("ENV_NAME", f"{path}.{key}", f"environment variable name {str(key)!r} is not accepted; "
                       "accepted: letters, digits and _, not starting with a digit")
             continue

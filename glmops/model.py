@@ -8,6 +8,8 @@ Everything here is plain data (dataclasses), cheap to import, with no I/O.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -18,6 +20,17 @@ PoolRole = Literal["agg", "prefill", "decode"]
 ServiceRole = Literal["agg", "prefill", "decode", "router", "orchestrator", "frontend"]
 Runtime = Literal["venv", "container"]
 
+
+
+#: a control character (newline, tab, NUL ...): never valid in a value that lands in a unit or env file
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+#: an environment variable name (letters, digits, _; not starting with a digit)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+#: a key or path segment that names a secret (HF_TOKEN, api-key, VLLM_API_KEY, password), not a count
+#: or id of tokens (max-num-batched-tokens, start_thinking_token_id)
+SECRET_NAME = re.compile(
+    r"(^|[-_.:])(api[-_]?key|token(?![-_]?(ids?|counts?|budget|limits?|len|length|per)($|[-_.]))"
+    r"|secret|password|passwd|credentials?)($|[-_.\]\[])", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class Problem:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glmops.engines.base import CATALOG, checkpoint_timeout_s
-from glmops.model import ConfigFile, Deployment, Plan, Service
+from glmops.model import CONTROL_CHARS, ENV_NAME, ConfigFile, Deployment, Plan, Service
 
 DOCKER = "/usr/bin/docker"
 NOFILE = 1048576
@@ -30,8 +30,6 @@ START_LIMIT_INTERVAL_S = 1800
 START_LIMIT_BURST = 3
 _SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+\Z")
 _ENV_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./*-]*\Z")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass
@@ -67,7 +65,7 @@ def systemd_quote(word: str) -> str:
     ``$`` -> ``$$`` always (no specifier/env expansion); plain words stay bare; others go
     in single quotes, or in double quotes with ``\\`` and ``\"`` escapes when the word
     has a backslash or a single quote (systemd unescapes C escapes)."""
-    if _CONTROL.search(word):
+    if CONTROL_CHARS.search(word):
         # a newline would end ExecStart= and start a directive of its own (glmops.inventory
         # refuses such values first; this keeps any other path from writing one)
         raise ValueError(f"argument {word!r} contains a control character; accepted: one line of printable text")
@@ -115,10 +113,10 @@ def env_lines(dep: Deployment, svc: Service) -> list[tuple[str, str]]:
         env.pop("CUDA_VISIBLE_DEVICES", None)
     out = []
     for key in sorted(env):
-        if not _ENV_KEY.match(key):
+        if not ENV_NAME.match(key):
             raise ValueError(f"{svc.name}: environment variable name {key!r} is not valid (letters, digits, _)")
         value = str(env[key])
-        if _CONTROL.search(value):
+        if CONTROL_CHARS.search(value):
             raise ValueError(f"{svc.name}: environment variable {key} has a control character in its value")
         if not _ENV_SAFE.match(value):
             value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

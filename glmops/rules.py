@@ -17,7 +17,7 @@ import re
 from typing import Any, Iterable
 
 from glmops import catalog as catalog_mod
-from glmops.model import Deployment, Plan, PoolSpec, Problem, Service, ValidationError
+from glmops.model import SECRET_NAME, Deployment, Plan, PoolSpec, Problem, Service, ValidationError
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 #: upper bound of tp/pp/ep/dp/replicas: far above any cluster, low enough that planning stays instant
@@ -203,20 +203,17 @@ def check(dep: Deployment) -> list[Problem]:
 # The deployment name goes into unit, env and config file names on every host: keep it a plain
 # name (no '/', '..', spaces), like a systemd unit name component.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
+
+
 # Engine flags that would put a secret on the command line (argv is world-readable in /proc and
 # lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault.
-_SECRET_FLAG_RE = re.compile(
-    r"(^|-|_)(api[-_]?key|token(?![-_]?(ids?|counts?|budget|limits?|len|length|per)($|-|_))"
-    r"|secret|password|passwd|credentials?)($|-|_)", re.IGNORECASE)
-
-
 def _secret_keys(data: Any, prefix: str = "") -> list[str]:
     """Dotted paths of the keys under ``data`` (nested mappings) that name a secret."""
     found = []
     if isinstance(data, dict):
         for key, value in data.items():
             path = f"{prefix}.{key}" if prefix else str(key)
-            if _SECRET_FLAG_RE.search(str(key).lstrip("-")):
+            if SECRET_NAME.search(str(key).lstrip("-")):
                 found.append(path)
             found += _secret_keys(value, path)
     return found
@@ -327,6 +324,12 @@ def _pool_hosts(dep: Deployment, pool: PoolSpec) -> list[str]:
     return [h for h in workers if h in dep.hosts] or list(dep.hosts)
 
 
+def _bad_sizes(pool: PoolSpec) -> list[str]:
+    """The pool's tp/pp/ep/dp/replicas that are not integers 1..MAX_PARALLEL."""
+    return [k for k in ("tp", "pp", "ep", "dp", "replicas")
+            if not isinstance(getattr(pool, k), int) or not 1 <= getattr(pool, k) <= MAX_PARALLEL]
+
+
 def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
     roles = [p.role for p in dep.pools]
     want = ["agg"] if dep.topology == "agg" else ["prefill", "decode"]
@@ -354,8 +357,7 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
                      + f"{hw.get('name')}'s GPUs; accepted: distinct indices 0..{gpn - 1}")
     for pool in dep.pools:
         ppath = _src(dep, f"pools.{pool.role}")
-        bad_keys = [k for k in ("tp", "pp", "ep", "dp", "replicas")
-                    if not isinstance(getattr(pool, k), int) or not 1 <= getattr(pool, k) <= MAX_PARALLEL]
+        bad_keys = _bad_sizes(pool)
         for key in bad_keys:
             _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.{key}", f"pools.{pool.role}"),
                      f"pool {pool.role} {key} {getattr(pool, key)!r} is not accepted; accepted: an integer 1..{MAX_PARALLEL}")
@@ -1098,7 +1100,7 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     problems = check(dep)
     if any(p.code == "CATALOG_KEY" for p in problems):
         return None, problems
-    if any(p.code == "PARALLELISM" and f"1..{MAX_PARALLEL}" in p.message for p in problems):
+    if any(_bad_sizes(pool) for pool in dep.pools):
         return None, problems  # out-of-range sizes: placing them would not end
     plan = None
     try:

@@ -56,10 +56,10 @@ def redacted(data):
     """``data`` (a Plan as dicts/lists) with the values of secret-looking keys (``*TOKEN*``,
     ``*API_KEY*``, ``*SECRET*``, ``*PASSWORD*``) shown as ``<redacted>``: the env files
     (``--out``, mode 0600) carry them, the printed Plan does not."""
-    from glmops.inventory import _SECRETISH
+    from glmops.model import SECRET_NAME
 
     if isinstance(data, dict):
-        return {k: "<redacted>" if isinstance(k, str) and _SECRETISH.search(k) and isinstance(v, (str, int, float))
+        return {k: "<redacted>" if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, (str, int, float))
                 else redacted(v) for k, v in data.items()}
     if isinstance(data, list):
         return [redacted(v) for v in data]
