@@ -22,6 +22,7 @@ and retries carry the requests to the replicas that remain) and never taken out.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,9 @@ class Step:
                 "router_out": self.router_out, **more}
 
 
+_EXAMPLES = {"glmops_engine_version": "0.33.0", "glmops_engine_args": "'{max-num-seqs: 2}'", "glmops_image": "IMAGE"}
+
+
 def parse_sets(items: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
     """``["engine_version=0.33.0", "engine_args={max-num-seqs: 2}"]`` -> (overrides, problems).
 
@@ -74,8 +78,16 @@ def parse_sets(items: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], list
             problems.append(f"--set {item!r}: accepted: KEY=VALUE (e.g. engine_version=0.33.0)")
             continue
         if name not in VARIABLES:
-            problems.append(f"--set {item!r}: unknown variable {name}; accepted: "
-                            + ", ".join(sorted(n.removeprefix("glmops_") for n in VARIABLES)))
+            accepted = sorted(n.removeprefix("glmops_") for n in VARIABLES)
+            close = difflib.get_close_matches(name.removeprefix("glmops_"), accepted, n=1)
+            problems.append(f"--set {item!r}: unknown variable {name}; accepted: " + ", ".join(accepted)
+                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+            continue
+        if not text.strip():
+            # an empty value would fall back to the inventory's or the catalog's value silently
+            # (engine_version= rolls the catalog default out): refuse it
+            problems.append(f"--set {item!r}: empty value for {name}; accepted: a value "
+                            f"(e.g. {key}={_EXAMPLES.get(name, '...')}); to drop an override, leave out --set {key}")
             continue
         if VARIABLES[name].type == "str":
             out[name] = text

@@ -379,6 +379,7 @@ def _load_deployment(
     workers = [h for h in all_hosts if h.name in worker_names] or all_hosts
     routers_group = inventory.groups.get(ROUTERS_GROUP)
     routers = [h.name for h in routers_group.get_hosts()] if routers_group else []
+    _check_groups(inventory, r, root, len(all_hosts))
 
     # --- deployment-wide variables: the first worker's view, checked equal on every worker ----
     first_layers = layers.host_layers(workers[0])
@@ -466,6 +467,9 @@ def _load_deployment(
 
     # --- pools and router -----------------------------------------------------------------------
     topologies = v["glmops_topologies"] or {}
+    # a misspelled topology name (disag:) would be ignored silently and the catalog layout used
+    r.unknown_keys(topologies, VARIABLES["glmops_topology"].choices or (),
+                   lambda k: f"{src('glmops_topologies')}.{k}", "topology")
     topo_path = f"{src('glmops_topologies')}.{topo}"
     pools: list[PoolSpec] = []
     router = RouterSpec()
@@ -659,12 +663,38 @@ def _expand_hosts(names: list[str], inventory: Any, r: _Reader, path: str) -> li
         elif name in inventory.groups:
             members = [h.name for h in inventory.groups[name].get_hosts()]
         else:
+            close = difflib.get_close_matches(str(name), list(inventory.groups) + list(inventory.hosts), n=1)
             r.problem("UNKNOWN_HOST", path,
                       f"{name!r} is neither a host nor a group of the inventory; accepted: host or group names "
-                      f"({', '.join(sorted(inventory.groups))})")
+                      f"({', '.join(sorted(inventory.groups))})",
+                      f"did you mean {close[0]!r}?" if close else "")
             continue
         out.extend(m for m in members if m not in out)
     return out
+
+
+def _check_groups(inventory: Any, r: _Reader, root: str, n_hosts: int) -> None:
+    """Group ``glmops_workers`` / ``glmops_routers`` misspelled (``glmops_worker``) or empty: without
+    the group every host of the inventory is taken as a worker (and routers land on workers), so a
+    group name close to one of them while the real one is absent or empty is a problem (UNKNOWN_GROUP)."""
+    special = (WORKERS_GROUP, ROUTERS_GROUP)
+    others = [g for g in inventory.groups if g not in special and g not in ("all", "ungrouped")]
+    for name in special:
+        group = inventory.groups.get(name)
+        if group is not None and group.get_hosts():
+            continue
+        close = [g for g in difflib.get_close_matches(name, others, n=3, cutoff=0.8)]
+        what = "has no hosts" if group is not None else "is not defined"
+        fallback = (f"every host of the inventory ({n_hosts}) is taken as a worker" if name == WORKERS_GROUP
+                    else "the router runs on the first worker host")
+        for near in close:
+            r.problem("UNKNOWN_GROUP", f"{root}:{near}",
+                      f"inventory group {near!r} is not a glmops group and {name} {what}, so {fallback}; "
+                      f"accepted groups: {', '.join(special)}", f"did you mean {name!r}?")
+        if group is not None and not close and name == WORKERS_GROUP:
+            r.problem("UNKNOWN_GROUP", f"{root}:{name}",
+                      f"group {name} has no hosts, so {fallback}; accepted: at least one host in {name}, "
+                      "or no such group", f"add the serving hosts under {name}.hosts (or its children)")
 
 
 def _check_same_on_workers(workers: list, layers: _Layers, first_layers: list, r: _Reader, overrides: dict) -> None:

@@ -13,6 +13,7 @@ catalog (``glmops/catalog/*.yaml``, each with its seed source); codes named afte
 """
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any, Iterable
 
@@ -197,6 +198,7 @@ def check(dep: Deployment) -> list[Problem]:
     _check_disagg(dep, backend, out)
     _check_side_channels(dep, out)
     _check_router_policy(dep, cat, out)
+    _check_engine_flags(dep, cat, out)
     return _dedupe(out)
 
 
@@ -262,6 +264,188 @@ def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
             f"router policy {policy!r} is not accepted by {kind}; accepted: {', '.join(accepted)}",
             "set glmops_topologies.<topology>.router.policy to one of those, "
             "or use engine dynamo for KV-aware routing"))
+
+
+# --- engine flags and config keys (ENGINE_FLAG, ENGINE_FLAG_OWNED, ENGINE_CONFIG) -------------
+
+#: an argv value holding a second flag: whitespace (or nothing) then ``--`` and a letter
+_FLAG_IN_VALUE = re.compile(r"(^|\s)--[A-Za-z]")
+
+
+def _flag_sets(dep: Deployment, cat: Any) -> tuple[list, dict[str, str], str]:
+    """(parsers, owned, version in use) for the workers of ``dep``: ``parsers`` is a list of
+    (FlagList, sections or None) tried in order; ``owned`` maps flag -> what glmops sets it from
+    (the engine modules' ``WORKER_OWNED``); the version is the one the worker runs."""
+    from glmops.catalog import flags as F
+    from glmops.engines import dynamo, sglang, trtllm, vllm
+
+    backend = _backend(dep)
+    if dep.engine == "vllm":
+        return [(F.load("vllm-serve"), None)], vllm.WORKER_OWNED, dep.engine_version
+    if dep.engine == "sglang":
+        return [(F.load("sglang-serve"), None)], sglang.WORKER_OWNED, dep.engine_version
+    if dep.engine == "trtllm":
+        return [(F.load("trtllm-serve"), None)], trtllm.WORKER_OWNED, dep.engine_version
+    pinned = str((cat.engines.get("dynamo", {}).get("backend_versions") or {}).get(backend) or "")
+    if backend == "vllm":
+        # dynamo.vllm: its own flags, then vLLM's engine arguments (frontend flags are rejected)
+        owned = {k: v for k, v in vllm.WORKER_OWNED.items() if k not in ("host", "port")}
+        return ([(F.load("dynamo-vllm-worker"), None), (F.load("vllm-serve"), ("engine",))],
+                {**owned, **dynamo.WORKER_OWNED}, pinned)
+    if backend == "sglang":
+        return ([(F.load("dynamo-sglang-worker"), None), (F.load("sglang-serve"), None)],
+                {**sglang.WORKER_OWNED, **dynamo.WORKER_OWNED}, pinned)
+    if backend == "mocker":
+        return [(_mocker_flags(cat), None)], dynamo.MOCKER_OWNED, dep.engine_version
+    return [], {}, ""
+
+
+def _mocker_flags(cat: Any):
+    """The mocker's option names (catalog ``engines.mocker.flags``) as a FlagList."""
+    from glmops.catalog import flags as F
+
+    entry = cat.engines.get("mocker") or {}
+    parser = F.Parser("mocker", str(entry.get("binary") or "python -m dynamo.mocker"), str(entry.get("version") or ""),
+                      "", "catalog engines.yaml:engines.mocker.flags")
+    names = [str(n) for n in entry.get("flags") or []]
+    return F.FlagList(parser, primary={n: n for n in names}, section={n: "" for n in names}, count=len(names))
+
+
+def _router_flag_sets(dep: Deployment) -> tuple[list, dict[str, str], str]:
+    """(parsers, owned, kind) for ``router.args`` of the deployment's front door."""
+    from glmops.catalog import flags as F
+    from glmops.engines import dynamo, sglang, trtllm, vllm
+    from glmops.plan import router_kind
+
+    kind, _ = router_kind(dep)
+    if kind == "vllm-router":
+        return [(F.load("vllm-router"), None)], vllm.ROUTER_OWNED, kind
+    if kind == "sglang-router":
+        return [(F.load("sglang-router"), None)], sglang.ROUTER_OWNED, kind
+    if kind == "dynamo":
+        return [(F.load("dynamo-frontend"), None)], dynamo.FRONTEND_OWNED, kind
+    if kind == "trtllm-disaggregated":
+        # any other top-level key is copied into both server sections as an LLM-API arg
+        return [(F.load("trtllm-disagg"), None), (F.load("trtllm-llm-api"), None)], trtllm.ROUTER_OWNED, kind
+    return [], {}, kind
+
+
+def _resolve_flag(parsers: list, key: str) -> tuple[Any, str | None]:
+    """(FlagList, canonical name) of the first parser accepting ``key``, else (None, None)."""
+    for flags, sections in parsers:
+        name = flags.resolve(key, sections)
+        if name is not None:
+            return flags, name
+    return None, None
+
+
+def _owned_name(parsers: list, owned: dict[str, str], flags: Any, name: str) -> str | None:
+    """What sets option ``name`` (canonical in ``flags``) when glmops owns it, else None. Owned
+    keys are resolved through the same list, so an alias (SGLang ``tensor-parallel-size`` for
+    ``tp-size``) is owned too."""
+    for key, why in owned.items():
+        if flags.resolve(key) == name:
+            return why
+    return None
+
+
+def _accepted_text(parsers: list) -> str:
+    parts = []
+    for flags, sections in parsers:
+        p = flags.parser
+        where = f"glmops/catalog/flags/{p.file}, from {p.source}" if p.file else p.source
+        scope = f" ({'/'.join(sections)} arguments)" if sections else ""
+        parts.append(f"the {flags.count} options of {p.label}{scope} ({where})")
+    return " or ".join(parts)
+
+
+def _version_note(parsers: list, version: str) -> str:
+    """Hint text when the lists come from another version than the one that runs."""
+    notes = [f"{f.parser.label}" for f, _ in parsers if f.parser.version and version and f.parser.version != version]
+    if not notes:
+        return ""
+    return (f"; the accepted list is from {', '.join(notes)} and this deployment runs {version}: "
+            "it was checked against that list anyway")
+
+
+def _check_flag_keys(dep: Deployment, data: dict, parsers: list, owned: dict[str, str], version: str,
+                     where: str, path_of, what: str, fmt: dict[str, str], out: list[Problem]) -> None:
+    """Every key of ``data`` must be accepted by one of ``parsers`` and not owned by glmops;
+    every value must be one argv word's worth (no ``' --flag'`` inside)."""
+    if not parsers:
+        return
+    for key, value in data.items():
+        path = path_of(key)
+        flags, name = _resolve_flag(parsers, key)
+        if flags is None:
+            spellings = [s for f, sec in parsers for s in f.spellings(sec)]
+            from glmops.catalog.flags import canon
+
+            close = difflib.get_close_matches(canon(parsers[0][0].parser, key), spellings, n=1, cutoff=0.7)
+            hint = (f"did you mean {close[0]!r}?" if close else f"see the {what} list named above") + \
+                _version_note(parsers, version)
+            _problem(out, "ENGINE_FLAG", path,
+                     f"{what} {key!r} in {where} is not accepted by {parsers[0][0].parser.label}"
+                     f"{' / ' + parsers[1][0].parser.label if len(parsers) > 1 else ''}; accepted: "
+                     f"{_accepted_text(parsers)}", hint)
+            continue
+        why = _owned_name(parsers, owned, flags, name)
+        if why is not None:
+            why = why.format(**fmt)
+            derived = why.startswith(("the plan", "glmops (", "the workers"))
+            _problem(out, "ENGINE_FLAG_OWNED", path,
+                     f"{what} {key!r} in {where} is set by glmops from {why}; accepted: leave it out of {where}",
+                     "remove the key: glmops derives it" if derived else f"set {why.split(' (')[0]} instead")
+        for item in (value if isinstance(value, list) else [value]):
+            if isinstance(item, str) and _FLAG_IN_VALUE.search(item):
+                _problem(out, "TYPE", path,
+                         f"value {item!r} of {what} {key!r} holds ' --' (a second flag inside one value); "
+                         "accepted: one value without whitespace followed by '--'",
+                         "give each flag its own key")
+
+
+def _check_engine_flags(dep: Deployment, cat: Any, out: list[Problem]) -> None:
+    """``engine_args`` keys (deployment-wide and per pool) must be options the engine's parser
+    accepts (catalog ``glmops/catalog/flags/``, from the real parsers' option lists) and not ones
+    glmops sets itself (the engine modules' ``*_OWNED``: model, host, port, parallelism, ...);
+    the same for ``router.args`` of the front door and the top-level keys of TensorRT-LLM's
+    ``engine_config``. Engines other than TensorRT-LLM read no ``engine_config``."""
+    topo = dep.topology
+    rpath = f"glmops_topologies.{topo}.router"
+    parsers, owned, version = _flag_sets(dep, cat)
+    layers = [("glmops_engine_args", "engine_args", dep.engine_args, f"glmops_topologies.{topo}.pools.<role>")]
+    layers += [(f"glmops_topologies.{topo}.pools.{p.role}.engine_args", f"pools.{p.role}.engine_args", p.engine_args,
+                f"glmops_topologies.{topo}.pools.{p.role}") for p in dep.pools]
+    for where, key_base, data, pool_var in layers:
+        if isinstance(data, dict) and data:
+            _check_flag_keys(dep, data, parsers, owned, version, where,
+                             lambda k, b=key_base: _src(dep, f"{b}.{k}", b),
+                             "engine flag", {"pool": pool_var, "router": rpath}, out)
+    rparsers, rowned, _kind = _router_flag_sets(dep)
+    args = {k: v for k, v in (dep.router.args or {}).items() if k != "backend"}
+    if args:
+        base = _src(dep, "router.args")
+        _check_flag_keys(dep, args, rparsers, rowned, "", f"{rpath}.args",
+                         lambda k: f"{base}.{k}", "router flag" if _kind != "trtllm-disaggregated" else "disagg config key",
+                         {"pool": f"glmops_topologies.{topo}.pools.<role>", "router": rpath}, out)
+    configs = [("glmops_engine_config", "engine_config", dep.engine_config, f"glmops_topologies.{topo}.pools.<role>")]
+    configs += [(f"glmops_topologies.{topo}.pools.{p.role}.engine_config", f"pools.{p.role}.engine_config",
+                 p.engine_config, f"glmops_topologies.{topo}.pools.{p.role}") for p in dep.pools]
+    for where, key_base, data, pool_var in configs:
+        if not isinstance(data, dict) or not data:
+            continue
+        if dep.engine != "trtllm":
+            _problem(out, "ENGINE_CONFIG", _src(dep, key_base),
+                     f"{where} is set but {dep.engine} reads no engine config file (keys "
+                     f"{', '.join(map(repr, data))}); accepted: engine_config only with glmops_engine trtllm",
+                     "put the settings in engine_args (command-line flags) instead")
+            continue
+        from glmops.catalog import flags as F
+        from glmops.engines import trtllm
+
+        _check_flag_keys(dep, data, [(F.load("trtllm-llm-api"), None)], trtllm.CONFIG_OWNED, dep.engine_version,
+                         where, lambda k, b=key_base: _src(dep, f"{b}.{k}", b), "engine config key",
+                         {"pool": pool_var, "router": rpath}, out)
 
 
 def _dedupe(problems: Iterable[Problem]) -> list[Problem]:
@@ -1058,6 +1242,14 @@ def _argv_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
+def _as_int(value: Any) -> int | None:
+    """``int(value)``, or None when it is not an integer (a bad value another rule reports)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _check_trtllm_files(plan: Plan, dep: Deployment | None) -> list[Problem]:
     out: list[Problem] = []
     for svc in plan.services:
@@ -1069,7 +1261,9 @@ def _check_trtllm_files(plan: Plan, dep: Deployment | None) -> list[Problem]:
             cfg = f.content
             cg = cfg.get("cuda_graph_config")
             mbs = cfg.get("max_batch_size") or _argv_value(svc.argv, "--max_batch_size")
-            if isinstance(cg, dict) and cg.get("max_batch_size") is not None and mbs is not None and int(cg["max_batch_size"]) != int(mbs):
+            if isinstance(cg, dict) and cg.get("max_batch_size") is not None and mbs is not None \
+                    and _as_int(cg["max_batch_size"]) is not None and _as_int(mbs) is not None \
+                    and _as_int(cg["max_batch_size"]) != _as_int(mbs):
                 _problem(out, "CUDA_GRAPH_BATCH", f"{svc.name}: {f.path}",
                          f"cuda_graph_config.max_batch_size {cg['max_batch_size']} differs from --max_batch_size {mbs}; accepted: {mbs}")
             if svc.role == "prefill" and plan.topology == "disagg":

@@ -68,9 +68,12 @@ VARIABLES: dict[str, Var] = {
                             "when multimodal is on.", elements="str", shown_default="`[]`"),
     "glmops_engine_args": Var("dict", "Engine CLI flag overrides for every pool: flag name without leading dashes as the "
                               "engine spells it (`block-size`, `max_batch_size`); `true` = bare flag, `null` removes a "
-                              "recipe flag.", shown_default="`{}`"),
+                              "recipe flag. Names must be ones the engine's parser accepts (`glmops/catalog/flags/`, "
+                              "ENGINE_FLAG); flags glmops sets itself (model, host, port, tp/pp/dp/ep, ...) are refused "
+                              "(ENGINE_FLAG_OWNED).", shown_default="`{}`"),
     "glmops_engine_config": Var("dict", "Engine config-file key overrides for every pool (TRT-LLM `--config` YAML keys; "
-                                "nested dicts merge).", shown_default="`{}`"),
+                                "nested dicts merge; top-level keys checked like engine_args). Only TensorRT-LLM "
+                                "reads it (ENGINE_CONFIG).", shown_default="`{}`"),
     "glmops_env": Var("dict", "Extra environment for every pool's services (values become strings).", shown_default="`{}`"),
     "glmops_checkpoint": Var("dict", "Where the weights come from and live (see Checkpoint).",
                              shown_default="from the catalog variant"),
@@ -119,7 +122,8 @@ ROUTER_KEYS: dict[str, Var] = {
     "host": Var("str", "Host that runs it.", default="", shown_default="first host of group `glmops_routers`, else the first worker"),
     "port": Var("int", "Endpoint port.", default=8000),
     "policy": Var("str", "Engine-neutral routing policy (`round_robin`, `kv_aware`, `cache_aware`, ...).", default="round_robin"),
-    "args": Var("dict", "Extra router flags.", shown_default="`{}`"),
+    "args": Var("dict", "Extra router flags (TensorRT-LLM disagg: disagg_config.yaml keys), checked against the "
+                "front door's parser like engine_args.", shown_default="`{}`"),
 }
 
 CHECKPOINT_KEYS: dict[str, Var] = {

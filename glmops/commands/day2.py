@@ -125,18 +125,19 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
 
     console = Console(highlight=False)
     overrides, problems = G.parse_sets(sets)
-    if problems:
-        for p in problems:
-            _err(p)
-        sys.exit(2)
-    if overrides:
+    if overrides or problems:
         from glmops.deployview import PlanProblems, plan_view
 
+        # every problem at once: the --set items that did not parse, then the inventory's own
+        # problems with the ones that did
+        found = [str(p) for p in problems]
         try:
             plan = plan_view(inventory, topology, overrides)
         except PlanProblems as exc:
-            _err(f"{len(exc.problems)} problem(s) in {inventory} with --set; no host contacted:")
-            for p in exc.problems:
+            found += [str(p) for p in exc.problems]
+        if found:
+            _err(f"{len(found)} problem(s) in {inventory} with --set; no host contacted:")
+            for p in found:
                 _err(f"  {p}")
             sys.exit(2)
     else:

@@ -102,7 +102,8 @@ def results(outputs: list[dict]) -> list[dict[str, Any]]:
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None, help="Override glmops_topology.")
 @click.option("--mode", type=click.Choice(["per_node", "fanout", "shared"]), default=None,
               help="Override glmops_checkpoint.mode.")
-@click.option("--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT, else huggingface-hub's default).")
+@click.option("--endpoint", default=None,
+              help="Hub URL, http(s)://HOST[:PORT] (default: HF_ENDPOINT, else huggingface-hub's default).")
 @click.option("--check", is_flag=True, help="Check the space and the hub's metadata; download nothing.")
 @click.option("--limit", default=None, help="Ansible --limit pattern.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-host results as JSON.")
@@ -110,7 +111,12 @@ def download(inventory, topology, mode, endpoint, check, limit, as_json):
     """Fetch the checkpoint once at its pinned commit, verify every file against the hub's
     metadata and distribute it (per_node | fanout | shared)."""
     from glmops.commands.deploy import load_plan
+    from glmops.smoke import endpoint_problem
 
+    bad = endpoint_problem("--endpoint", endpoint)
+    if bad:  # before the inventory is planned and before any request
+        click.echo(f"error: {bad}; nothing was contacted", err=True)
+        sys.exit(2)
     console = Console(highlight=False, stderr=as_json)
     plan = load_plan(inventory, topology)
     ck = plan["checkpoint"]

@@ -24,6 +24,31 @@ from glmops.engines.base import CATALOG, Ctx, Placement
 from glmops.model import PoolSpec, Service
 
 ENGINE = "dynamo"
+# Flags this module sets itself -> what sets them (see glmops.engines.vllm.WORKER_OWNED). Workers
+# also own their backend's (vllm/sglang WORKER_OWNED); discovery flags must match the frontend's.
+_DISCOVERY = "glmops (discovery: DYN_FILE_KV in glmops_env, else a file store on one host or etcd)"
+FRONTEND_OWNED = {
+    "http-host": "{router}.host (else the first glmops_routers / worker host)",
+    "http-port": "{router}.port",
+    "router-mode": "{router}.policy",
+    "kv-cache-block-size": "the workers' KV block size (vLLM block-size, SGLang page size, mocker block-size)",
+    "discovery-backend": _DISCOVERY,
+    "request-plane": _DISCOVERY,
+    "event-plane": _DISCOVERY,
+}
+WORKER_OWNED = {
+    "discovery-backend": _DISCOVERY,
+    "request-plane": _DISCOVERY,
+    "event-plane": _DISCOVERY,
+    "disaggregation-mode": "glmops_topology and the pool's role",
+    "kv-events-config": "the plan (KV events port, when the frontend routes on KV)",
+}
+MOCKER_OWNED = {
+    "model-path": "glmops_checkpoint (the snapshot's local directory)",
+    "model-name": "glmops_served_model_name",
+    "data-parallel-size": "{pool}.dp",
+    **{k: v for k, v in WORKER_OWNED.items() if k != "kv-events-config"},
+}
 ADVERTISE_VARS = ("DYN_TCP_RPC_HOST", "DYN_EVENT_PLANE_HOST", "DYN_TCP_RESPONSE_STREAM_HOST",
                   "DYN_HTTP_RPC_HOST", "DYN_SYSTEM_HOST")
 

@@ -19,6 +19,34 @@ from glmops.model import PoolSpec, Service
 
 ENGINE = "sglang"
 
+# Flags this module sets itself -> what sets them (see glmops.engines.vllm.WORKER_OWNED).
+WORKER_OWNED = {
+    "model-path": "glmops_checkpoint (the snapshot's local directory)",
+    "served-model-name": "glmops_served_model_name",
+    "host": "the host's glmops_address (else ansible_host)",
+    "port": "{pool}.port (the plan picks one per replica and host)",
+    "tp-size": "{pool}.tp",
+    "pp-size": "{pool}.pp",
+    "dp-size": "{pool}.dp",
+    "ep-size": "{pool}.ep",
+    "attn-dp-size": "{pool}.attention_dp",
+    "nnodes": "the plan (nodes a replica spans: {pool}.tp x pp x dp over the hosts' GPUs)",
+    "node-rank": "the plan (multi-node placement)",
+    "dist-init-addr": "the plan (the replica's head host and dist-init port)",
+    "disaggregation-mode": "glmops_topology and the pool's role",
+    "disaggregation-bootstrap-port": "the plan (bootstrap port the router is given)",
+}
+ROUTER_OWNED = {
+    "host": "{router}.host (else the first glmops_routers / worker host)",
+    "port": "{router}.port",
+    "policy": "{router}.policy",
+    "worker-urls": "the plan (the workers' addresses and ports)",
+    "pd-disaggregation": "glmops_topology (disagg)",
+    "prefill": "the plan (the prefill workers and bootstrap ports)",
+    "decode": "the plan (the decode workers)",
+    "prometheus-port": "the plan (catalog engines.sglang_router.ports.prometheus)",
+}
+
 
 def speculative_args(st: Settings) -> dict[str, Any]:
     """Engine-neutral speculative settings -> SGLang flags.

@@ -21,6 +21,30 @@ from glmops.model import ConfigFile, PoolSpec, Service
 ENGINE = "trtllm"
 TRT_ROLE = {"prefill": "context", "decode": "generation", "agg": "agg"}
 
+# Flags / config keys this module sets itself -> what sets them (see glmops.engines.vllm.WORKER_OWNED).
+WORKER_OWNED = {
+    "served_model_name": "glmops_served_model_name",
+    "host": "the host's glmops_address (else ansible_host)",
+    "port": "{pool}.port (the plan picks one per replica and host)",
+    "tp_size": "{pool}.tp",
+    "pp_size": "{pool}.pp",
+    "ep_size": "{pool}.ep",
+    "enable_attention_dp": "{pool}.attention_dp",
+    "config": "glmops_engine_config / {pool}.engine_config (glmops writes the --config YAML)",
+}
+CONFIG_OWNED = {
+    "tensor_parallel_size": "{pool}.tp",
+    "pipeline_parallel_size": "{pool}.pp",
+    "moe_expert_parallel_size": "{pool}.ep",
+    "enable_attention_dp": "{pool}.attention_dp",
+}
+ROUTER_OWNED = {
+    "hostname": "{router}.host (else the first glmops_routers / worker host)",
+    "port": "{router}.port",
+    "context_servers": "the plan (the context workers' URLs)",
+    "generation_servers": "the plan (the generation workers' URLs)",
+}
+
 
 def config_dir(ctx: Ctx) -> str:
     """``/etc/glmops/<dep>``: where the --config YAMLs and disagg_config.yaml live."""

