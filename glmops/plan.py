@@ -180,8 +180,11 @@ def _http_wants(dep: Deployment, placements: list[Placement], single_front: bool
     seen: dict[tuple[str, str], int] = {}
     moved: set[tuple[str, str]] = set()
     for pl in placements:
-        if single_front:
+        if single_front:  # no front door: the one worker is the endpoint, on the endpoint's (router) port
             pl.http_want = front_port
+            if pl.pool.port is not None and int(pl.pool.port) != front_port:
+                notes.append(f"no front door: the one {pl.pool.role} worker is the endpoint on the router port "
+                             f"{front_port}; pool {pl.pool.role} port {pl.pool.port} is not used")
         elif pl.pool.port is not None:
             key = (pl.pool.role, pl.head.host.name)
             start = int(pl.pool.port)

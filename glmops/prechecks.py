@@ -1,9 +1,12 @@
 """Host prechecks: what a node needs (from the catalog and the Plan) against what it has.
 
-The facts are gathered on the host by the ``glmops_precheck_facts`` module (roles/prechecks);
+The facts are gathered on the host by the ``glmops_precheck_facts.py`` script (roles/prechecks/files);
 this module holds everything else and does no I/O, so it is unit-tested directly:
 
 * :func:`needs_from_catalog` / :func:`needs_for_deployment` -> the ``needs`` dict of a host;
+* :func:`host_needs` -> the needs of one host as the prechecks role computes them (catalog,
+  then the Plan's, then explicit ``prechecks_*`` values); :func:`facts_options` -> what the
+  facts script must read for them;
 * :func:`evaluate` (host, facts, needs) -> every check's result, all at once;
 * :func:`report` -> the JSON report of one node (``glmops check --json``).
 
@@ -111,6 +114,58 @@ def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
             needs["rdma_devices"] = list(host.rdma_devices)
         out[name] = needs
     return out
+
+
+#: the prechecks role's explicit needs (``prechecks_<key>``; null = keep the computed value)
+NEED_VARS = ("os", "gpu_count", "gpu_name", "driver_min", "nvswitch", "nvlsm", "disk_path", "disk_gib",
+             "shm_min_mib", "memlock", "ports", "time_sync", "rdma_devices")
+
+
+def host_needs(hardware: str | None, gpus: list[int] | None, deployment_needs: dict | None,
+               overrides: dict | None) -> dict[str, Any]:
+    """One host's ``needs``, lowest precedence first: :func:`needs_from_catalog` of its
+    ``glmops_hardware`` and ``glmops_gpus``; ``deployment_needs`` (this host's entry of
+    :func:`needs_for_deployment`, or None); ``overrides`` ({key: value}, None values skipped:
+    the role's ``prechecks_*`` variables). Raises LookupError for unknown hardware."""
+    needs = needs_from_catalog(hardware, gpus)
+    if isinstance(deployment_needs, dict):
+        needs.update(deployment_needs)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            needs[key] = value
+    return needs
+
+
+def facts_options(needs: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``glmops_precheck_facts.py`` that read what ``needs`` checks: the GPU
+    tool of its vendor, the fabric and NVIDIA packages, the memlock probe and the listeners
+    only when asked for."""
+    vendor = needs.get("gpu_vendor", "none")
+    return {
+        "gpu_vendor": vendor if vendor in ("nvidia", "amd") else "none",
+        "fabric": bool(needs.get("nvswitch")),
+        "packages": ["nvidia-driver-*", "nvidia-fabricmanager*", "nvlsm"] if vendor == "nvidia" else [],
+        "services": ["nvidia-fabricmanager"] if needs.get("nvswitch") else [],
+        "disk_path": needs.get("disk_path"),
+        "checkpoint_dir": needs.get("checkpoint_dir"),
+        "memlock_properties": needs.get("memlock_properties", ["LimitMEMLOCK=infinity"]) if needs.get("memlock") else [],
+        "listening": bool(needs.get("ports")),
+    }
+
+
+def host_report(host: str, facts: dict[str, Any], needs: dict[str, Any]) -> dict[str, Any]:
+    """:func:`report` of :func:`evaluate`, with the needs it was checked against (ports as
+    a sorted list)."""
+    out = report(host, evaluate(host, facts, needs))
+    out["needs"] = {k: v for k, v in needs.items() if k != "ports"} | {
+        "ports": sorted(int(p) for p in (needs.get("ports") or {}))}
+    return out
+
+
+def report_msg(rep: dict[str, Any]) -> str:
+    """"all prechecks passed", or the count and every failure of a report, one per line."""
+    return ("all prechecks passed" if rep["ok"]
+            else f"{len(rep['failed'])} precheck(s) failed:\n" + "\n".join(rep["failed"]))
 
 
 def _ok(check: str, found: Any, needed: Any) -> dict[str, Any]:

@@ -185,14 +185,15 @@ def host_files(dep: Deployment, plan: Plan, host: str) -> list[RenderedFile]:
 
 def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[Path]:
     """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes.
-    Returns the written paths."""
+    Returns the written paths. Every file is rendered before the first is written, so a
+    render refusal (ValueError) leaves ``out_dir`` as it was."""
     written: list[Path] = []
     root = Path(out_dir)
-    for host in plan.hosts:
-        for f in host_files(dep, plan, host):
-            path = root / host / f.path.lstrip("/")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f.content, encoding="utf-8")
-            path.chmod(int(f.mode, 8))
-            written.append(path)
+    rendered = [(host, f) for host in plan.hosts for f in host_files(dep, plan, host)]
+    for host, f in rendered:
+        path = root / host / f.path.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f.content, encoding="utf-8")
+        path.chmod(int(f.mode, 8))
+        written.append(path)
     return written

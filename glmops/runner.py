@@ -44,6 +44,9 @@ STATUS_TASK = "Read service status"
 # the host read before any change: its "services" rows are the units left running that
 # answered /health (a no-op deploy skips the gate); the gate's rows replace them
 STATE_TASK = "Read this deployment's files and units on the host"
+# playbooks/plays/read.yml (glmops_deploy_read): the deploy's one read per host; its msg says
+# "in state" or what the host needs, shown on the progress line
+READ_TASK = "Read each host once (prechecks, runtimes, units, health, last deploy)"
 OUTPUT_TASKS = ("Journal lines",)  # their stdout is shown by the CLI (glmops logs)
 PLAN_TASK = "Validate and plan"  # playbooks/plays/plan.yml (glmops_plan on localhost)
 PLAN_SUMMARY = "plan-summary.json"
@@ -238,7 +241,7 @@ def _collect(result: RunResult, event: dict) -> None:
         result.failures.append(f"{host}: UNREACHABLE: {msg}")
     elif kind == "runner_on_skipped":
         stats.skipped += 1
-    if task in (READY_TASK, STATUS_TASK, STATE_TASK) and res.get("stdout"):
+    if task in (READY_TASK, STATUS_TASK, STATE_TASK, READ_TASK) and res.get("stdout"):
         try:
             rows = json.loads(res["stdout"]).get("services", [])
         except ValueError:
@@ -310,6 +313,8 @@ class _Progress:
         }.get(kind, kind)
         if kind == "runner_on_failed" and data.get("ignore_errors"):
             state = "failed (ignored)"
+        if data.get("task") == READ_TASK and kind == "runner_on_ok" and res.get("msg"):
+            state = f"ok: {res['msg'][:160]}"
         self.rows[data["host"]] = (data.get("task", ""), state)
         if self.live:
             self.live.update(self._table())

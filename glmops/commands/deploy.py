@@ -80,19 +80,34 @@ def _finish(result: runner.RunResult, plan: dict, console: Console) -> None:
 @click.option("--skip-provision", is_flag=True,
               help="Do not provision and check the hosts first (driver, container toolkit, prechecks).")
 @click.option("--skip-smoke", is_flag=True, help="Do not run `glmops smoke` after a successful deploy.")
-def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke):
-    """Provision and check the Plan's hosts (as `glmops provision`; a failed precheck stops
-    here with every host's report), install runtimes, place the Plan's services under
-    systemd, start them in order (workers gated on /health 200 and a one-token request,
-    then the router) and check the endpoint."""
+@click.option("--full", is_flag=True,
+              help="Run every role on every host, also on hosts the first read finds exactly as the Plan wants.")
+@click.option("--no-reboot", is_flag=True,
+              help="As `glmops provision --no-reboot`: never reboot; a host whose new driver needs one fails its prechecks.")
+@click.option("--upgrade-driver", is_flag=True,
+              help="As `glmops provision --upgrade-driver`: allow replacing an installed driver branch.")
+def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke, full, no_reboot, upgrade_driver):
+    """Read every host once (a host already exactly as the Plan wants, with its units
+    healthy and its last deploy of this Plan recorded, is left alone), provision and check
+    the others (as `glmops provision`; a failed precheck stops here with every host's
+    report), install runtimes, place the Plan's services under systemd, start them in order
+    (workers gated on /health 200 and a one-token request, then the router) and check the
+    endpoint."""
     from glmops.commands.provision import ReportCollector, print_reports, reports
 
     console = _console()
+    if skip_provision and (no_reboot or upgrade_driver):
+        flags = [f for f, on in (("--no-reboot", no_reboot), ("--upgrade-driver", upgrade_driver)) if on]
+        raise click.UsageError(f"{' and '.join(flags)} {'is a provisioning option' if len(flags) == 1 else 'are provisioning options'}"
+                               " and --skip-provision skips provisioning; accepted: one or the other")
     collector = ReportCollector()
     # validate + plan happen once, in the run's plan play (bad input: exit 2, no host
     # contacted); its summary (result.plan) feeds the table
     result = runner.run("deploy", "deploy.yml", inventory,
-                        _extravars(topology, glmops_provision=False if skip_provision else None),
+                        _extravars(topology, glmops_provision=False if skip_provision else None,
+                                   glmops_fast=False if full else None,
+                                   nvidia_driver_reboot=False if no_reboot else None,
+                                   nvidia_driver_upgrade=True if upgrade_driver else None),
                         check=check, diff=diff, limit=limit, console=console, on_event=collector)
     exit_if_plan_refused(result)
     plan = result.plan or {}

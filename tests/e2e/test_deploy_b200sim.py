@@ -91,6 +91,33 @@ def test_b200_agg_plan_serves_on_the_double(lab, inventory):
     assert again.returncode == 0 and "changed: 0 " in again.stdout, again.stdout[-3000:]
 
 
+def test_noop_redeploy_is_one_read_and_drift_goes_the_full_way(lab, inventory):
+    """Issue 4's no-op: one read per host, no role runs; anything that differs sends the
+    host the full way, and only what changed is restarted."""
+    deploy = ("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
+    noop = D.glmops(*deploy)
+    assert noop.returncode == 0 and "changed: 0 " in noop.stdout, noop.stdout[-3000:]
+    assert "in state: nothing to change" in noop.stdout
+    assert "Read this deployment's files and units on the host" not in noop.stdout  # engine_service did not run
+    units = ["glm-flash-b200-agg-0.service", "glm-flash-b200-agg-1.service", "glm-flash-b200-router.service"]
+    before = {u: D.main_pid(lab, "lab-1", u) for u in units}
+    path = f"/etc/systemd/system/{units[1]}"
+    assert D.ssh(lab, "lab-1", f"echo '# edited by hand' >> {path}").returncode == 0
+    fixed = D.glmops(*deploy)
+    assert fixed.returncode == 0, fixed.stdout[-4000:]
+    assert f"not in state: {path} differs from the Plan" in fixed.stdout, fixed.stdout[-4000:]
+    assert "edited by hand" not in D.ssh(lab, "lab-1", f"cat {path}").stdout
+    after = {u: D.main_pid(lab, "lab-1", u) for u in units}
+    assert after[units[1]] not in (0, before[units[1]]) and after[units[0]] == before[units[0]], (before, after)
+    assert after[units[2]] == before[units[2]]
+    assert "in state: nothing to change" in D.glmops(*deploy).stdout
+    # a stopped unit is not in state either
+    assert D.ssh(lab, "lab-1", f"systemctl stop {units[0]}").returncode == 0
+    started = D.glmops(*deploy)
+    assert started.returncode == 0 and f"{units[0]} is not running or not enabled" in started.stdout
+    assert D.main_pid(lab, "lab-1", units[0]) != 0
+
+
 def test_rolling_restart_one_replica_at_a_time(lab, inventory):
     units = ["glm-flash-b200-agg-0.service", "glm-flash-b200-agg-1.service", "glm-flash-b200-router.service"]
     before = {u: D.main_pid(lab, "lab-1", u) for u in units}

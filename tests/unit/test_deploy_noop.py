@@ -381,6 +381,17 @@ def test_runtime_noop_is_one_skipped_include_and_a_new_wheel_set_reinstalls(tmp_
     assert "TASK [engine_runtime : Install the requirements]" in first.stdout
     marker = json.loads((venv / ".glmops-runtime.json").read_text())
     assert marker["want"]["wheelhouse_key"] == "k1" and marker["want"]["requirements"] == ["engine==1.0.0"]
+    # the deploy's one read per host asks the probe with the wheelhouse the marker names
+    from glmops.deploystate import runtime_in_state
+
+    probe = REPO / "roles" / "engine_runtime" / "files" / "glmops_runtime_probe.py"
+
+    def read():
+        return json.loads(subprocess.run([sys.executable, str(probe), "--venv", str(venv)], capture_output=True,
+                                         text=True, check=True).stdout)
+
+    runtime = {"engine": "engine", "version": "1.0.0", "venv": str(venv)}
+    assert marker["want"]["wheelhouse"] == str(wh) and runtime_in_state(runtime, read()) == []
 
     again = _runtime_role(tmp_path, wh)
     recap = again.stdout.split("PLAY RECAP")[1]
@@ -396,6 +407,7 @@ def test_runtime_noop_is_one_skipped_include_and_a_new_wheel_set_reinstalls(tmp_
     # a new wheel set (another key and lock) is a real change: the venv is replaced
     make_wheel(wh, "engine", "1.0.1")
     make_wheelhouse(wh, [], ["engine==1.0.1"], key="k2")
+    assert runtime_in_state(runtime, read()) == [f"engine 1.0.0: the wheel set at {wh} is not the one installed"]
     changed = _runtime_role(tmp_path, wh)
     assert changed.returncode == 0, changed.stdout[-3000:]
     assert "changed=0" not in changed.stdout.split("PLAY RECAP")[1]

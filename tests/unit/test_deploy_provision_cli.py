@@ -42,6 +42,20 @@ def test_skip_provision_is_the_only_way_to_skip(monkeypatch, tmp_path):
     assert calls[1] == ("deploy.yml", {"glmops_provision": False})
 
 
+def test_deploy_passes_the_provision_and_full_switches(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(runner, "run", _fake_run(calls, {}, rc=0))
+    r = CliRunner().invoke(main, ["deploy", "-i", str(tmp_path), "--skip-smoke", "--no-reboot", "--upgrade-driver",
+                                  "--full"])
+    assert r.exit_code == 0, r.output
+    assert calls == [("deploy.yml", {"glmops_fast": False, "nvidia_driver_reboot": False,
+                                     "nvidia_driver_upgrade": True})]
+    # provisioning switches without provisioning: refused before any run
+    r = CliRunner().invoke(main, ["deploy", "-i", str(tmp_path), "--skip-provision", "--no-reboot", "--upgrade-driver"])
+    assert r.exit_code == 2 and len(calls) == 1
+    assert "--no-reboot and --upgrade-driver are provisioning options and --skip-provision skips" in r.output
+
+
 def test_failed_precheck_prints_every_host_report_and_exits_1(monkeypatch, tmp_path):
     good = {"host": "lab-1", "ok": True, "failed": [], "warnings": [],
             "checks": [{"check": "shm", "ok": True, "found": "2411 MiB", "needed": "1024 MiB"}]}
@@ -70,10 +84,11 @@ def test_no_precheck_table_when_every_host_passed(monkeypatch, tmp_path):
 def test_deploy_playbook_provisions_before_any_runtime_or_unit_play():
     plays = yaml.safe_load((REPO / "playbooks/deploy.yml").read_text())
     names = [p.get("ansible.builtin.import_playbook") or p.get("hosts") for p in plays]
-    assert names.index("provision.yml") == 1, names  # right after the Plan
-    imp = plays[1]["vars"]
+    # the Plan, the one read per host (changes nothing), then provision before anything else
+    assert names[:3] == ["plays/plan.yml", "plays/read.yml", "provision.yml"], names
+    imp = plays[2]["vars"]
     assert imp["glmops_provision_fatal"] is True
-    assert "glmops_plan_workers:glmops_plan_routers" in imp["glmops_provision_hosts"]
+    assert "groups['glmops_provision']" in imp["glmops_provision_hosts"]
     for book in ("provision.yml", "check.yml"):
         for play in yaml.safe_load((REPO / "playbooks" / book).read_text()):
             if "hosts" in play:

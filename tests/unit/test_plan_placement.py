@@ -179,3 +179,19 @@ def test_pool_port_equal_to_the_router_port_on_another_host_is_kept():
     p = plan.build(d)
     assert [s.port for s in p.services if s.role == "agg"] == [9000, 9001]
     assert not any("router's port" in n for n in p.notes)
+
+
+def test_without_a_front_door_the_one_worker_is_the_endpoint_on_the_router_port():
+    """router kind none: the worker is the endpoint, on the endpoint's port (router port, as
+    with a front door); a pool port set beside it is not used, and the Plan says so."""
+    d = dep(engine="vllm", hardware="b200", pools=[PoolSpec(role="agg", tp=8, port=9100)],
+            router=RouterSpec(kind="none", port=8800))
+    p = plan.build(d)
+    (worker,) = [s for s in p.services if s.role == "agg"]
+    assert worker.port == 8800 and p.endpoint_url.endswith(":8800")
+    assert any("the one agg worker is the endpoint on the router port 8800; pool agg port 9100 is not used" in n
+               for n in p.notes), p.notes
+    assert rules.check_plan(p, d) == []
+    plain = plan.build(dep(engine="vllm", hardware="b200", pools=[PoolSpec(role="agg", tp=8)],
+                           router=RouterSpec(kind="none")))
+    assert [s.port for s in plain.services] == [8000] and not any("no front door" in n for n in plain.notes)

@@ -173,3 +173,22 @@ def test_systemd_quote_round_trips(word):
     quoted = render.systemd_quote(word)
     # systemd unescapes %% and $$; shlex stands in for its quote handling
     assert shlex.split(quoted)[0].replace("%%", "%").replace("$$", "$") == word
+
+
+def test_write_tree_writes_nothing_when_a_later_host_cannot_be_rendered(tmp_path, monkeypatch):
+    d = dep(engine="vllm", hardware="b200", topology="disagg", venv_root=str(tmp_path / "venvs"), n_hosts=2,
+            pools=[PoolSpec(role="prefill", tp=8, hosts=["gpu-1"]), PoolSpec(role="decode", tp=8, hosts=["gpu-2"])])
+    p = plan.build(d)
+    real = render.host_files
+    hosts = list(p.hosts)
+    assert len(hosts) == 2, hosts  # the first host's files are rendered before the refusal
+
+    def refuse_last(dep_, plan_, host):
+        if host == hosts[-1]:
+            raise ValueError(f"{host}: cannot render")
+        return real(dep_, plan_, host)
+
+    monkeypatch.setattr(render, "host_files", refuse_last)
+    with pytest.raises(ValueError, match="cannot render"):
+        render.write_tree(d, p, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -5,9 +5,9 @@ One call per host instead of one module call per file/unit, so a no-op redeploy 
 about what ``ansible -m setup`` costs. Every subcommand prints one JSON document.
 
   state --want PATH=SHA256:MODE:OWNER:GROUP ... --unit UNIT=PATH,PATH ... --keep UNIT ...
-        --glob GLOB --target TARGET --user NAME [--health UNIT|HEALTH_URL ...]
+        --glob GLOB --target TARGET --user NAME [--health UNIT|HEALTH_URL ...] [--stamp PATH]
       -> {"drifted": [PATH], "units": {UNIT: {...}}, "restart": [UNIT], "stale": [UNIT], "user": bool,
-          "unhealthy": [UNIT], "services": [{unit, ready, fresh, reason}]}
+          "unhealthy": [UNIT], "services": [{unit, ready, fresh, reason}], "stamp": JSON | null}
       read-only: which files differ from what the Plan wants (content hash or ``dir``,
       mode, owner, group); each unit's systemd state; the units to (re)start (one of
       its files drifted, or not active, or not enabled); units matching GLOB in
@@ -15,6 +15,8 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       the user exists. Each --health unit that stays as it is gets one GET of its own
       /health (3 s): ``unhealthy`` lists the ones that did not answer 200 (the caller
       then runs the ``ready`` gate), ``services`` the ones that did (ready, not fresh).
+      ``stamp``: the JSON document at --stamp (the deploy stamp the record play writes after
+      a successful deploy, see glmops.deploystate), null when missing or not JSON.
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
       -> {"services": [{unit, ready, seconds, time_to_ready, reason, journal}]}
       readiness gate (F13): the unit is active, its own /health answers 200, then (for
@@ -134,8 +136,17 @@ def cmd_state(args) -> int:
             "enabled": p.get("UnitFileState", ""), "pid": int(p.get("MainPID") or 0),
             "loaded": p.get("LoadState", "")} for u, p in units.items()},
         "restart": restart, "stale": stale, "user": has_user,
-        "unhealthy": unhealthy, "services": services}))
+        "unhealthy": unhealthy, "services": services, "stamp": read_json(args.stamp) if args.stamp else None}))
     return 0
+
+
+def read_json(path: str):
+    """The JSON document at ``path``; None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
 
 
 # answers to the one-token request (after /health 200) that waiting will not change
@@ -280,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--target", default="", help="stale units must be PartOf= this target")
     st.add_argument("--user", default="")
     st.add_argument("--health", nargs="*", default=[], help="UNIT|HEALTH_URL: one /health look per kept unit")
+    st.add_argument("--stamp", default="", help="the deploy stamp file to read back")
     rd = sub.add_parser("ready")
     rd.add_argument("--timeout", type=float, required=True)
     rd.add_argument("--model", default="")

@@ -1,7 +1,8 @@
 """``glmops_prechecks``: every host precheck at once, compared on the controller.
 
-Runs the ``glmops_precheck_facts`` module on the host (read-only), then compares the facts
-with what the host needs using :mod:`glmops.prechecks` (no I/O there, unit-tested).
+Runs the role's ``files/glmops_precheck_facts.py`` on the host (read-only, one round trip
+through :mod:`glmops.hostread`), then compares the facts with what the host needs using
+:mod:`glmops.prechecks` (no I/O there, unit-tested).
 
 What a host needs, lowest precedence first:
   1. the catalog for the host's ``glmops_hardware`` and ``glmops_gpus``
@@ -20,6 +21,7 @@ after every host has reported.
 """
 from __future__ import annotations
 
+import json
 import os
 
 from ansible.errors import AnsibleActionFail
@@ -59,52 +61,37 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         result["changed"] = False
-        from glmops import prechecks
+        from glmops import hostread, prechecks
 
         host = task_vars.get("inventory_hostname", "?")
-        try:
-            needs = prechecks.needs_from_catalog(task_vars.get("glmops_hardware"), task_vars.get("glmops_gpus"))
-        except LookupError as exc:
-            raise AnsibleActionFail(f"glmops_prechecks: {host}: glmops_hardware: {exc}") from exc
-        use_dep = self._task.args.get("deployment", True)
+        use_dep = self._task.args.get("deployment", True) and task_vars.get("glmops_model")
         planned = self._task.args.get("deployment_needs")
-        if use_dep and task_vars.get("glmops_model") and isinstance(planned, dict):
-            needs.update(planned)
-        elif use_dep and task_vars.get("glmops_model"):
+        if use_dep and not isinstance(planned, dict):
             inventory = self._task.args.get("inventory") or _inventory_source(task_vars)
+            planned = None
             if inventory:
                 try:
-                    needs.update(_deployment_needs(inventory, host, task_vars.get("glmops_topology") or None))
+                    planned = _deployment_needs(inventory, host, task_vars.get("glmops_topology") or None)
                 except Exception as exc:  # the deployment's own problems are validate's job
                     raise AnsibleActionFail(
                         f"glmops_prechecks: cannot plan the deployment in {inventory} "
                         f"(run glmops validate): {exc}") from exc
-        for key, value in (self._task.args.get("needs") or {}).items():
-            if value is not None:
-                needs[key] = value
-
-        vendor = needs.get("gpu_vendor", "none")
-        module_args = {
-            "gpu_vendor": vendor if vendor in ("nvidia", "amd") else "none",
-            "fabric": bool(needs.get("nvswitch")),
-            "packages": ["nvidia-driver-*", "nvidia-fabricmanager*", "nvlsm"] if vendor == "nvidia" else [],
-            "services": ["nvidia-fabricmanager"] if needs.get("nvswitch") else [],
-            "disk_path": needs.get("disk_path"),
-            "checkpoint_dir": needs.get("checkpoint_dir"),
-            "memlock_properties": needs.get("memlock_properties", ["LimitMEMLOCK=infinity"])
-            if needs.get("memlock") else [],
-            "listening": bool(needs.get("ports")),
-        }
-        facts = self._execute_module(module_name="glmops_precheck_facts", module_args=module_args,
-                                     task_vars=task_vars)
-        if facts.get("failed"):
+        try:
+            needs = prechecks.host_needs(task_vars.get("glmops_hardware"), task_vars.get("glmops_gpus"),
+                                         planned if use_dep else None, self._task.args.get("needs"))
+        except LookupError as exc:
+            raise AnsibleActionFail(f"glmops_prechecks: {host}: glmops_hardware: {exc}") from exc
+        script = hostread.script("prechecks", "glmops_precheck_facts.py")
+        try:
+            read = hostread.run(self, task_vars, [
+                ("facts", script, [json.dumps(prechecks.facts_options(needs))])])["facts"]
+        except RuntimeError as exc:
+            read = {"rc": 1, "json": {"msg": str(exc)}}
+        facts = read.get("json") or {}
+        if read["rc"] != 0 or facts.get("failed"):
             result.update(failed=True, msg=f"glmops_prechecks: {host}: reading facts failed: {facts.get('msg')}")
             return result
-        results = prechecks.evaluate(host, facts.get("facts") or {}, needs)
-        report = prechecks.report(host, results)
-        report["needs"] = {k: v for k, v in needs.items() if k != "ports"} | {
-            "ports": sorted(int(p) for p in (needs.get("ports") or {}))}
+        report = prechecks.host_report(host, facts.get("facts") or {}, needs)
         result["report"] = report
-        result["msg"] = ("all prechecks passed" if report["ok"]
-                         else f"{len(report['failed'])} precheck(s) failed:\n" + "\n".join(report["failed"]))
+        result["msg"] = prechecks.report_msg(report)
         return result

@@ -1,37 +1,37 @@
-#!/usr/bin/python
-"""Ansible module: read what glmops' prechecks compare, on the host, changing nothing."""
-from __future__ import annotations
+#!/usr/bin/env python3
+"""Read what glmops' prechecks compare, on the host, changing nothing (stdlib only).
 
-DOCUMENTATION = r"""
-module: glmops_precheck_facts
-short_description: Read the host facts glmops prechecks compare (read-only)
-description:
-  - OS release, GPUs (nvidia-smi or rocm-smi), NVSwitch fabric state, installed package
-    versions, free disk under a directory, /dev/shm size, the memlock limit a systemd service
-    gets (a transient unit started with systemd-run), TCP listeners with their owning unit,
-    clock synchronisation (adjtimex) and RDMA devices.
-  - The comparison against what the deployment needs runs on the controller
-    (glmops.prechecks.evaluate, through the glmops_prechecks action of the same role).
-options:
-  gpu_vendor: {type: str, default: none, choices: [nvidia, amd, none], description: which GPU tool to ask}
-  fabric: {type: bool, default: false, description: read the NVSwitch fabric state}
-  packages: {type: list, elements: str, default: [], description: dpkg name patterns to report versions of}
-  services: {type: list, elements: str, default: [], description: units whose ActiveState to report}
-  disk_path: {type: str, description: directory whose filesystem free space is read (nearest existing parent)}
-  checkpoint_dir: {type: str, description: reported as present when it exists}
-  memlock_properties: {type: list, elements: str, default: ["LimitMEMLOCK=infinity"], description: unit properties of the probe; empty list skips the probe}
-  listening: {type: bool, default: true, description: list TCP listeners}
-author: glmops
+Run by the prechecks role's ``glmops_prechecks`` action and by the deploy's one host read
+(``glmops.hostread``: in one ``python3 -`` with the other host scripts)::
+
+    glmops_precheck_facts.py '{"gpu_vendor": "nvidia", ...}'
+      -> {"facts": {os, packages, services, disk, shm, memlock, time, rdma_devices,
+                    gpu (nvidia|amd), fabric (nvidia with fabric), listening (listening)}}
+
+Options (one JSON object; every key optional):
+  gpu_vendor: nvidia | amd | none (default none): which GPU tool to ask (nvidia-smi, rocm-smi)
+  fabric: bool (false): read the NVSwitch fabric state
+  packages: [dpkg name pattern]: report the installed versions
+  services: [unit]: report their ActiveState
+  disk_path: directory whose filesystem free space is read (nearest existing parent)
+  checkpoint_dir: reported as present when it exists
+  memlock_properties: unit properties of the memlock probe, a transient unit started with
+      systemd-run (default ["LimitMEMLOCK=infinity"]; [] skips the probe)
+  listening: bool (true): list TCP listeners with their owning unit
+Also: OS release, /dev/shm size, clock synchronisation (adjtimex), RDMA devices.
+The comparison against what the deployment needs runs on the controller
+(glmops.prechecks.evaluate). Exit 2 with {"failed": true, "msg"} on bad options.
 """
+from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
 import re
 import shutil
 import subprocess
-
-from ansible.module_utils.basic import AnsibleModule
+import sys
 
 
 def _run(argv, timeout=60):
@@ -236,21 +236,34 @@ def rdma_devices():
         return []
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            gpu_vendor=dict(type="str", default="none", choices=["nvidia", "amd", "none"]),
-            fabric=dict(type="bool", default=False),
-            packages=dict(type="list", elements="str", default=[]),
-            services=dict(type="list", elements="str", default=[]),
-            disk_path=dict(type="str"),
-            checkpoint_dir=dict(type="str"),
-            memlock_properties=dict(type="list", elements="str", default=["LimitMEMLOCK=infinity"]),
-            listening=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
+#: option -> (type, default)
+OPTIONS = {"gpu_vendor": (str, "none"), "fabric": (bool, False), "packages": (list, []), "services": (list, []),
+           "disk_path": (str, None), "checkpoint_dir": (str, None),
+           "memlock_properties": (list, ["LimitMEMLOCK=infinity"]), "listening": (bool, True)}
+
+
+def options(text: str) -> dict:
+    """The options from their JSON text, defaults filled in; ValueError naming what is wrong."""
+    given = json.loads(text or "{}")
+    if not isinstance(given, dict):
+        raise ValueError("options must be one JSON object")
+    unknown = sorted(set(given) - set(OPTIONS))
+    bad = [f"{k}: {type(given[k]).__name__} (want {t.__name__})" for k, (t, _) in OPTIONS.items()
+           if given.get(k) is not None and not isinstance(given[k], t)]
+    if given.get("gpu_vendor", "none") not in ("nvidia", "amd", "none"):
+        bad.append(f"gpu_vendor: {given['gpu_vendor']!r} (want nvidia, amd or none)")
+    if unknown or bad:
+        raise ValueError("; ".join(([f"unknown option(s): {', '.join(unknown)}"] if unknown else []) + bad))
+    return {k: given[k] if given.get(k) is not None else default for k, (_, default) in OPTIONS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        p = options(argv[0] if argv else "{}")
+    except ValueError as exc:
+        print(json.dumps({"failed": True, "msg": f"glmops_precheck_facts: {exc}"}))
+        return 2
     facts = {"os": os_release(), "packages": packages(p["packages"]), "services": services(p["services"]),
              "disk": disk(p["disk_path"], p["checkpoint_dir"]), "shm": shm(),
              "memlock": memlock(p["memlock_properties"]), "time": time_sync(),
@@ -263,8 +276,9 @@ def main():
         facts["gpu"] = amd_gpus()
     if p["listening"]:
         facts["listening"] = listening()
-    module.exit_json(changed=False, facts=facts)
+    print(json.dumps({"changed": False, "facts": facts}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

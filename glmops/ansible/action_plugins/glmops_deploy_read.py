@@ -1,0 +1,135 @@
+"""``glmops_deploy_read``: one read of a host before the deploy changes anything.
+
+One round trip (:mod:`glmops.hostread`) runs on the host: the precheck facts
+(``roles/prechecks/files/glmops_precheck_facts.py``), the engine service ``state`` of the
+host's workers and routers bundles with the deploy stamp
+(``roles/engine_service/files/glmops_hostctl.py``, the argv the engine_service role uses)
+and the venv probe of each engine runtime glmops installs there
+(``roles/engine_runtime/files/glmops_runtime_probe.py``). On the controller: the prechecks
+are evaluated (``glmops.prechecks``, the needs the prechecks role would use) and
+:func:`glmops.deploystate.decide` says whether the host is in state.
+
+Options:
+  plan:           the plan play's ``glmops_plan_result.plan``
+  precheck_needs: this host's entry of ``glmops_plan_result.precheck_needs`` (optional)
+  fast:           false sends the host the full way whatever it reads (``glmops deploy --full``)
+  provision:      whether this run provisions and checks (false: ``--skip-provision``: the
+                  precheck facts are not read and do not count)
+  runtime_skip:   engines glmops does not install on this host (``engine_runtime_skip``)
+
+Returns (never changed; fails only when the host cannot be read):
+  fast (bool), why ([str]: every reason the host is not in state), key (this run's
+  deploy key, written as the stamp by the record play), stamp_path,
+  groups: the groups the host joins: ``glmops_apply`` (runtime, services, record plays)
+  when not fast, ``glmops_provision`` (provision play) when this run provisions and the host
+  is not fast or has NVIDIA roles enabled; report: the prechecks report; stdout: ``{"services":
+  [{unit, ready, fresh, reason}]}`` of the units that answered /health 200 (the CLI's table).
+"""
+from __future__ import annotations
+
+import json
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+#: the Plan bundles of a host, in start order
+_BUNDLES = ("workers", "routers")
+
+
+class ActionModule(ActionBase):
+    """See the module docstring."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("plan", "precheck_needs", "fast", "provision", "runtime_skip"))
+
+    def _var(self, task_vars: dict, name: str, default=None):
+        value = task_vars.get(name, default)
+        return self._templar.template(value) if value is not None else default
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        result["changed"] = False
+        from glmops import deploystate, hostread, prechecks
+
+        args = self._task.args
+        plan = args.get("plan") or {}
+        host = task_vars.get("inventory_hostname", "?")
+        host_plan = (plan.get("hosts") or {}).get(host)
+        if not isinstance(host_plan, dict):
+            raise AnsibleActionFail(f"glmops_deploy_read: {host} is not a host of the Plan")
+
+        # prechecks: the needs the prechecks role computes (catalog, Plan, prechecks_* variables)
+        try:
+            needs = prechecks.host_needs(
+                self._var(task_vars, "glmops_hardware"), self._var(task_vars, "glmops_gpus"),
+                args.get("precheck_needs") if task_vars.get("glmops_model") else None,
+                {k: self._var(task_vars, f"prechecks_{k}") for k in prechecks.NEED_VARS})
+        except LookupError as exc:
+            raise AnsibleActionFail(f"glmops_deploy_read: {host}: glmops_hardware: {exc}") from exc
+
+        stamp = deploystate.stamp_path(plan)
+        provision = bool(args.get("provision", True))
+        # the prechecks belong to provisioning: --skip-provision skips them here too
+        jobs = [("facts", hostread.script("prechecks", "glmops_precheck_facts.py"),
+                 [json.dumps(prechecks.facts_options(needs))])] if provision else []
+        hostctl = hostread.script("engine_service", "glmops_hostctl.py")
+        for kind in _BUNDLES:
+            bundle = host_plan.get(kind) or {}
+            if bundle.get("services") or bundle.get("files"):
+                jobs.append((kind, hostctl, deploystate.state_argv(
+                    bundle, host_plan.get("units", []), plan["unit_glob"], host_plan.get("target") or {},
+                    plan["service_user"], plan["config_dir"], plan["state_dir"],
+                    stamp=stamp if not any(j[0] in _BUNDLES for j in jobs) else "")))
+        skip = set(args.get("runtime_skip") or [])
+        runtimes = [r for r in host_plan.get("runtimes", []) if r.get("engine") not in skip]
+        probe = hostread.script("engine_runtime", "glmops_runtime_probe.py")
+        for i, rt in enumerate(runtimes):
+            if rt.get("mode", "venv") == "venv" and rt.get("venv"):
+                jobs.append((f"runtime{i}", probe, ["--venv", rt["venv"]]))
+        try:
+            read = hostread.run(self, task_vars, jobs)
+        except RuntimeError as exc:
+            result.update(failed=True, msg=f"glmops_deploy_read: {host}: {exc}")
+            return result
+
+        facts = read.get("facts")
+        if facts is None:
+            report = {"host": host, "ok": True, "failed": [], "skipped": "--skip-provision"}
+        elif facts["rc"] != 0 or not isinstance(facts["json"], dict) or facts["json"].get("failed"):
+            report = {"host": host, "ok": False, "failed": [f"reading facts failed: {facts['stdout'][-300:]}"]}
+        else:
+            report = prechecks.host_report(host, facts["json"].get("facts") or {}, needs)
+        states, services, stamp_doc, broken = [], [], None, []
+        for kind in _BUNDLES:
+            if kind not in read:
+                continue
+            doc = read[kind]["json"]
+            if read[kind]["rc"] != 0 or not isinstance(doc, dict) or doc.get("failed"):
+                broken.append(f"the {kind} state read failed: {read[kind]['stdout'][-300:]}")
+                continue
+            states.append(doc)
+            services += doc.get("services", [])
+            stamp_doc = stamp_doc or doc.get("stamp")
+        pairs = [(rt, (read.get(f"runtime{i}") or {}).get("json")) for i, rt in enumerate(runtimes)]
+
+        code = deploystate.code_digest()
+        role_vars = {k: self._var(task_vars, k) for k in task_vars if k.startswith(deploystate.ROLE_VAR_PREFIXES)}
+        key = deploystate.deploy_key(plan, host, role_vars, code)
+        why = broken + deploystate.decide(report["ok"], prechecks.report_msg(report) if "needs" in report
+                                          else "; ".join(report["failed"]), states, pairs, stamp_doc, key)
+        if not args.get("fast", True):
+            why.insert(0, "every role runs (--full)")
+        fast = not why
+        roles = deploystate.provision_roles(self._var(task_vars, "glmops_hardware"), self._var(task_vars, "glmops_runtime"),
+                                            self._var(task_vars, "nvidia_driver_enabled"),
+                                            self._var(task_vars, "container_toolkit_enabled"))
+        groups = [] if fast else ["glmops_apply"]
+        if provision and (not fast or roles["driver"] or roles["toolkit"]):
+            groups.append("glmops_provision")
+        result.update(fast=fast, why=why, key=key, stamp_path=stamp, groups=groups, report=report,
+                      stdout=json.dumps({"services": services}),
+                      msg=("in state: nothing to change" if fast else
+                           "not in state: " + "; ".join(why[:5])
+                           + (f"; and {len(why) - 5} more" if len(why) > 5 else "")))
+        return result

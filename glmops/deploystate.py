@@ -1,0 +1,171 @@
+"""Is a host already what the Plan wants? The deploy's one read per host, and what it decides.
+
+A no-op redeploy should cost about one look at each host (issue 4: no-op <= 1.5x
+``ansible all -m setup``). ``playbooks/plays/read.yml`` runs the ``glmops_deploy_read``
+action once per host: one round trip (:mod:`glmops.hostread`) runs the precheck facts, the
+engine service state of the host's workers and routers (files, units, /health), the venv
+probe of each engine runtime and reads the host's deploy stamp. :func:`decide` then says
+whether the host is *in state*; only the hosts that are not go through the runtime, service
+and record plays. Hosts whose NVIDIA roles are enabled are always provisioned
+(:func:`provision_roles`): driver and fabric manager stay fully convergent.
+
+In state means all of:
+
+* every precheck passes (``glmops.prechecks``, the same needs as the prechecks role);
+* the service user exists, no file, directory or unit of the host's services differs from
+  the Plan (sha256, mode, owner, group), no stale unit, every unit active and enabled, every
+  /health 200 (the ``state`` read of ``roles/engine_service/files/glmops_hostctl.py``);
+* every venv runtime's marker exists, its wheelhouse manifest key is still the one installed
+  (a rebuilt wheel set reinstalls), its Debian packages are installed; container runtimes
+  are never in state (their images are checked by the runtime role);
+* the host's deploy stamp (written by the record play after every service was ready) holds
+  this run's :func:`deploy_key`: the Plan, the host's role input variables
+  (``engine_runtime_*``, ``engine_service_*``, ``router_*``, ``generation_*``) and the
+  roles and playbooks themselves. Any change of these sends the host the full way.
+
+``glmops deploy --full`` (``-e glmops_fast=false``) sends every host the full way.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+#: host variables that are inputs of the deploy's roles (role prefixes)
+ROLE_VAR_PREFIXES = ("engine_runtime_", "engine_service_", "router_", "generation_")
+_REPO = Path(__file__).resolve().parents[1]
+_DIGEST: dict[str, str] = {}
+
+
+def stamp_path(plan: dict) -> str:
+    """The deploy stamp of a deployment on each of its hosts:
+    ``<state_dir>/<deployment>/deploy-stamp.json`` (``{"key": deploy_key}``, root, 0644)."""
+    return f"{plan['state_dir']}/{plan['deployment']}/deploy-stamp.json"
+
+
+def service_dirs(config_dir: str, state_dir: str, user: str) -> list[dict[str, str]]:
+    """The directories the engine_service role keeps: ``[{path, mode, owner, group}]``
+    (config dir root:<user> 0750, state dir <user>:<user> 0755)."""
+    return [{"path": config_dir, "mode": "0750", "owner": "root", "group": user},
+            {"path": state_dir, "mode": "0755", "owner": user, "group": user}]
+
+
+def _spec(f: dict[str, Any], digest: str) -> str:
+    return f"{f['path']}={digest}:{f['mode']}:{f['owner']}:{f['group']}"
+
+
+def state_argv(bundle: dict, host_units: list[str], unit_glob: str, target: dict, user: str,
+               config_dir: str, state_dir: str, stamp: str = "") -> list[str]:
+    """argv of ``glmops_hostctl.py state`` for one bundle of a host's Plan (``workers`` or
+    ``routers``: ``{services, files, secret_files}``, see :mod:`glmops.deployview`): the
+    directories and files it wants (target file first), each unit with the files it
+    depends on, the /health of each unit, the other units of the deployment on the host
+    (``host_units``, never stale) and, with ``stamp``, the deploy stamp file to read."""
+    files = ([target] if target.get("path") else []) + list(bundle.get("files", [])) + list(bundle.get("secret_files", []))
+    argv = ["state", "--user", user, "--glob", unit_glob, "--target", target.get("name", ""),
+            "--keep", *host_units,
+            "--want", *[_spec(d, "dir") for d in service_dirs(config_dir, state_dir, user)],
+            *[_spec(f, f["sha256"]) for f in files],
+            "--unit", *[f"{s['unit']}={','.join(s['paths'])}" for s in bundle.get("services", [])],
+            "--health", *[f"{s['unit']}|{s['health_url']}" for s in bundle.get("services", [])]]
+    return argv + (["--stamp", stamp] if stamp else [])
+
+
+def provision_roles(hardware: str | None, runtime: str | None, driver_enabled: Any = None,
+                    toolkit_enabled: Any = None) -> dict[str, bool]:
+    """Which NVIDIA roles provision a host: ``{"driver": bool, "toolkit": bool}``.
+
+    By default the driver stack on hardware whose catalog vendor is nvidia (``glmops_hardware``,
+    ``catalog/hardware.yaml``), the container toolkit there too when the runtime is
+    ``container`` (the default runtime when unset). ``nvidia_driver_enabled`` /
+    ``container_toolkit_enabled`` (bool or None) win when set."""
+    from glmops import catalog
+
+    nvidia = False
+    if hardware and hardware != "cpu":  # unknown hardware: validate refused it already
+        try:
+            nvidia = catalog.load().hw(hardware).get("vendor") == "nvidia"
+        except LookupError:
+            nvidia = False
+    driver = nvidia if driver_enabled is None else _bool(driver_enabled)
+    toolkit = ((runtime or "container") == "container" and nvidia) if toolkit_enabled is None else _bool(toolkit_enabled)
+    return {"driver": driver, "toolkit": toolkit}
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    return bool(value)
+
+
+def code_digest(root: Path = _REPO) -> str:
+    """sha256 over every file under ``roles/`` and ``playbooks/`` of the checkout (names and
+    bytes; caches skipped): a changed role sends every host the full way once."""
+    key = str(root)
+    if key not in _DIGEST:
+        h = hashlib.sha256()
+        for top in ("roles", "playbooks"):
+            for path in sorted((root / top).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc"):
+                    h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _DIGEST[key] = h.hexdigest()
+    return _DIGEST[key]
+
+
+def deploy_key(plan: dict, host: str, role_vars: dict[str, Any], code: str) -> str:
+    """sha256 of what a host's deploy depends on besides the host itself: the Plan, the
+    host's name, its role input variables (``ROLE_VAR_PREFIXES``, templated values) and the
+    roles' code digest (:func:`code_digest`)."""
+    doc = {"plan": plan, "host": host, "vars": {k: role_vars[k] for k in sorted(role_vars)
+                                                if k.startswith(ROLE_VAR_PREFIXES)}, "code": code}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def services_in_state(state: dict) -> list[str]:
+    """Why one ``glmops_hostctl.py state`` answer is not in state (empty: it is)."""
+    why = []
+    if not state.get("user"):
+        why.append("the service user is missing")
+    for key, text in (("drifted", "differs from the Plan"), ("stale", "is no longer in the Plan"),
+                      ("restart", "is not running or not enabled"), ("unhealthy", "does not answer /health 200")):
+        why += [f"{item} {text}" for item in state.get(key, [])]
+    return why
+
+
+def runtime_in_state(runtime: dict, probe: dict | None) -> list[str]:
+    """Why one engine runtime is not in state (empty: it is). ``runtime``: the Plan's
+    ``{engine, version, venv | mode, ...}``; ``probe``: ``glmops_runtime_probe.py``'s answer
+    read with the marker's own wheelhouse (``{manifest, marker, packages}``)."""
+    name = f"{runtime.get('engine')} {runtime.get('version')}"
+    if runtime.get("mode", "venv") != "venv":
+        return [f"{name}: the {runtime.get('mode')} runtime is checked by its role"]
+    if not probe:
+        return [f"{name}: the runtime probe did not answer"]
+    marker = probe.get("marker") or {}
+    want = marker.get("want") or {}
+    if not marker.get("hash") or not want:
+        return [f"{name}: {runtime.get('venv')} has no install marker"]
+    why = []
+    if want.get("source") == "wheelhouse" and (probe.get("manifest") or {}).get("key") != want.get("wheelhouse_key"):
+        why.append(f"{name}: the wheel set at {want.get('wheelhouse', '?')} is not the one installed")
+    have = probe.get("packages") or {}
+    why += [f"{name}: Debian package {p} is not installed" for p in want.get("system_packages", [])
+            if have.get(p) != "installed"]
+    return why
+
+
+def decide(prechecks_ok: bool, prechecks_msg: str, states: list[dict], runtimes: list[tuple[dict, dict | None]],
+           stamp: dict | None, key: str) -> list[str]:
+    """Why a host is not in state: every reason, empty when it is (see the module docstring).
+    ``states``: the hostctl ``state`` answers of its bundles; ``runtimes``: ``[(runtime,
+    probe)]`` of the runtimes glmops installs there; ``stamp``: the deploy stamp or None."""
+    why = [] if prechecks_ok else [f"prechecks: {prechecks_msg}"]
+    for state in states:
+        why += services_in_state(state)
+    for runtime, probe in runtimes:
+        why += runtime_in_state(runtime, probe)
+    if not stamp or stamp.get("key") != key:
+        why.append("the last deploy on this host was of another Plan, variables or glmops version"
+                   if stamp else "no deploy of this Plan was recorded on this host")
+    return why

@@ -1,0 +1,220 @@
+"""The deploy's one read per host (issue 4: a no-op redeploy costs about one look at each host).
+
+glmops.hostread runs several standalone host scripts in one ``python3 -`` and reads their
+answers; glmops.deploystate decides whether a host is in state; the glmops_deploy_read action
+puts both together. Run here for real: the scripts in a real Python process, the action in
+a real ansible-playbook against localhost (local connection, stdin like SSH pipelining).
+The lab e2e (tests/e2e/test_deploy_b200sim.py) proves the whole deploy on a lab host.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from glmops import deploystate, hostread
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+       "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+HOSTCTL = hostread.script("engine_service", "glmops_hostctl.py")
+PROBE = hostread.script("engine_runtime", "glmops_runtime_probe.py")
+FACTS = hostread.script("prechecks", "glmops_precheck_facts.py")
+
+
+def _on_host(jobs) -> dict:
+    """What an action plugin gets: the program run by a real python3 reading stdin."""
+    proc = subprocess.run(["python3", "-"], input=hostread.program(jobs), capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return hostread.parse(proc.stdout)
+
+
+def _owner(path: Path) -> str:
+    import grp
+    import pwd
+
+    st = path.stat()
+    return f"{st.st_mode & 0o7777:04o}:{pwd.getpwuid(st.st_uid).pw_name}:{grp.getgrgid(st.st_gid).gr_name}"
+
+
+def test_one_program_runs_every_script_with_its_own_argv_and_exit_code(tmp_path):
+    unit_file = tmp_path / "a.conf"
+    unit_file.write_text("x\n")
+    sha = hashlib.sha256(b"x\n").hexdigest()
+    stamp = tmp_path / "stamp.json"
+    stamp.write_text('{"key": "k"}\n')
+    boom = tmp_path / "boom.py"
+    boom.write_text("raise RuntimeError('disk on fire')\n")
+    three = tmp_path / "three.py"
+    three.write_text("import sys\nprint('{\"x\": 1}')\nsys.exit(3)\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = _on_host([
+        ("state", HOSTCTL, ["state", "--want", f"{unit_file}={sha}:{_owner(unit_file)}", "--stamp", str(stamp)]),
+        ("drift", HOSTCTL, ["state", "--want", f"{unit_file}={'0' * 64}:{_owner(unit_file)}"]),
+        ("probe", PROBE, ["--venv", str(tmp_path / "no-venv")]),
+        ("facts", FACTS, ['{"listening": false, "memlock_properties": []}']),
+        ("bad", FACTS, ['{"gpu_vendr": "nvidia"}']),
+        ("boom", boom, []), ("three", three, []),
+    ])
+    assert out["state"]["rc"] == 0 and out["state"]["json"]["drifted"] == []
+    assert out["state"]["json"]["stamp"] == {"key": "k"}
+    assert out["drift"]["json"]["drifted"] == [str(unit_file)] and out["drift"]["json"]["stamp"] is None
+    assert out["probe"]["json"] == {"manifest": None, "marker": None, "packages": {}}
+    assert out["facts"]["json"]["facts"]["os"]["id"]
+    assert out["bad"]["rc"] == 2 and "unknown option(s): gpu_vendr" in out["bad"]["json"]["msg"]
+    assert out["boom"]["rc"] == 1 and "boom.py: RuntimeError: disk on fire" in out["boom"]["json"]["msg"]
+    assert out["three"]["rc"] == 3 and out["three"]["json"] == {"x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # a read writes nothing
+
+
+def test_an_unfinished_answer_is_an_error():
+    with pytest.raises(ValueError, match="no answer from the host read"):
+        hostread.parse("Traceback ... SyntaxError")
+    with pytest.raises(FileNotFoundError, match="nope.py is missing"):
+        hostread.script("engine_service", "nope.py")
+
+
+def _probe(venv: Path, marker: dict | None, manifest: dict | None, wh: Path) -> dict:
+    venv.mkdir(parents=True, exist_ok=True)
+    wh.mkdir(parents=True, exist_ok=True)
+    if marker is not None:
+        (venv / ".glmops-runtime.json").write_text(json.dumps(marker))
+    if manifest is not None:
+        (wh / "wheelhouse.json").write_text(json.dumps(manifest))
+    return _on_host([("p", PROBE, ["--venv", str(venv)])])["p"]["json"]
+
+
+def test_runtime_in_state_follows_the_wheel_set_the_marker_names(tmp_path):
+    wh, venv = tmp_path / "wh", tmp_path / "venv"
+    rt = {"engine": "vllm", "version": "0.33.0", "venv": str(venv)}
+    want = {"source": "wheelhouse", "wheelhouse": str(wh), "wheelhouse_key": "k1", "system_packages": []}
+    assert deploystate.runtime_in_state(rt, _probe(venv, None, None, wh)) == [
+        f"vllm 0.33.0: {venv} has no install marker"]
+    probe = _probe(venv, {"hash": "h", "want": want}, {"key": "k1"}, wh)
+    assert probe["manifest"] == {"key": "k1"}  # read from the wheelhouse the marker names
+    assert deploystate.runtime_in_state(rt, probe) == []
+    # the wheel set was rebuilt on the host: the runtime role would reinstall
+    assert deploystate.runtime_in_state(rt, _probe(venv, None, {"key": "k2"}, wh)) == [
+        f"vllm 0.33.0: the wheel set at {wh} is not the one installed"]
+    # a Debian package the wheels need went missing
+    want_pkg = want | {"system_packages": ["glmops-no-such-package"]}
+    probe = _probe(venv, {"hash": "h", "want": want_pkg}, {"key": "k1"}, wh)
+    assert probe["packages"] == {"glmops-no-such-package": "not-installed"}
+    assert deploystate.runtime_in_state(rt, probe) == [
+        "vllm 0.33.0: Debian package glmops-no-such-package is not installed"]
+    assert deploystate.runtime_in_state(rt | {"mode": "container"}, probe)  # never in state here
+
+
+def test_decide_lists_every_reason():
+    clean = {"user": True, "drifted": [], "stale": [], "restart": [], "unhealthy": []}
+    assert deploystate.decide(True, "", [clean], [], {"key": "k"}, "k") == []
+    why = deploystate.decide(False, "1 precheck(s) failed:\nshm", [
+        clean | {"user": False, "drifted": ["/etc/x"], "stale": ["old.service"]},
+        clean | {"restart": ["a.service"], "unhealthy": ["b.service"]}], [], None, "k")
+    assert why == ["prechecks: 1 precheck(s) failed:\nshm", "the service user is missing",
+                   "/etc/x differs from the Plan", "old.service is no longer in the Plan",
+                   "a.service is not running or not enabled", "b.service does not answer /health 200",
+                   "no deploy of this Plan was recorded on this host"]
+    assert deploystate.decide(True, "", [clean], [], {"key": "old"}, "k") == [
+        "the last deploy on this host was of another Plan, variables or glmops version"]
+
+
+def test_deploy_key_follows_plan_host_role_vars_and_code(tmp_path):
+    plan = {"deployment": "d", "services": [1]}
+    key = deploystate.deploy_key(plan, "h1", {"engine_runtime_sets": {"a": "b"}, "glmops_x": 1}, "c")
+    assert key == deploystate.deploy_key(plan, "h1", {"engine_runtime_sets": {"a": "b"}, "glmops_x": 2}, "c")
+    assert key != deploystate.deploy_key(plan | {"services": [2]}, "h1", {"engine_runtime_sets": {"a": "b"}}, "c")
+    assert key != deploystate.deploy_key(plan, "h2", {"engine_runtime_sets": {"a": "b"}}, "c")
+    assert key != deploystate.deploy_key(plan, "h1", {"engine_runtime_sets": {"a": "c"}}, "c")
+    assert key != deploystate.deploy_key(plan, "h1", {"engine_runtime_sets": {"a": "b"}}, "c2")
+    for top in ("roles/r/tasks", "playbooks"):
+        (tmp_path / top).mkdir(parents=True)
+    (tmp_path / "roles/r/tasks/main.yml").write_text("a\n")
+    first = deploystate.code_digest(tmp_path)
+    deploystate._DIGEST.clear()
+    (tmp_path / "roles/r/tasks/main.yml").write_text("b\n")
+    assert deploystate.code_digest(tmp_path) != first
+
+
+def test_provision_roles_follow_the_catalog_and_the_switches():
+    assert deploystate.provision_roles("b200", "venv") == {"driver": True, "toolkit": False}
+    assert deploystate.provision_roles("b200", None) == {"driver": True, "toolkit": True}
+    assert deploystate.provision_roles("cpu", "container") == {"driver": False, "toolkit": False}
+    assert deploystate.provision_roles("b200", "venv", "false", True) == {"driver": False, "toolkit": True}
+
+
+def _read_play(tmp_path: Path, plan: dict, hostvars: dict, **args) -> dict:
+    """glmops_deploy_read on localhost (local connection) -> its registered result."""
+    out = tmp_path / "read.json"
+    play = tmp_path / "read.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "read", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"the_plan": plan, "ansible_python_interpreter": sys.executable, **hostvars},
+        "tasks": [{"name": "Read", "register": "r", "glmops_deploy_read": {"plan": "{{ the_plan }}", **args}},
+                  {"name": "Keep", "ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out)}}]}]))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play)],
+                          capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_read_action_finds_a_host_in_state_only_with_its_stamp_and_files(tmp_path):
+    import getpass
+
+    user = getpass.getuser()
+    cfg, state = tmp_path / "etc", tmp_path / "state"
+    cfg.mkdir(mode=0o750)
+    state.mkdir(mode=0o755)
+    conf = cfg / "w.yaml"
+    conf.write_text("max_batch_size: 64\n")
+    conf.chmod(0o644)
+    import grp
+    import pwd
+
+    for d in (cfg, state):  # what engine_service keeps: config root:<user> 0750, state <user>:<user> 0755
+        os.chown(d, pwd.getpwnam("root" if d == cfg else user).pw_uid, grp.getgrnam(user).gr_gid)
+    group = grp.getgrgid(os.getgid()).gr_name
+    plan = {"deployment": "t", "unit_glob": "glmops-test-nothing-*.service", "service_user": user,
+            "config_dir": str(cfg), "state_dir": str(state),
+            "hosts": {"localhost": {"units": [], "runtimes": [], "target": {},
+                                    "workers": {"services": [], "secret_files": [], "files": [
+                                        {"path": str(conf), "sha256": hashlib.sha256(conf.read_bytes()).hexdigest(),
+                                         "mode": "0644", "owner": pwd.getpwuid(os.getuid()).pw_name,
+                                         "group": group}]},
+                                    "routers": {"services": [], "files": [], "secret_files": []}}}}
+    # this machine has no NTP and no systemd as PID 1: those two checks are switched off as
+    # an inventory would (prechecks_* variables)
+    hostvars = {"prechecks_time_sync": False, "prechecks_memlock": False}
+    first = _read_play(tmp_path, plan, hostvars)
+    assert first["fast"] is False and first["groups"] == ["glmops_apply", "glmops_provision"], first
+    assert first["why"] == ["no deploy of this Plan was recorded on this host"], first["why"]
+    assert first["report"]["ok"] is True and first["changed"] is False
+    stamp = Path(first["stamp_path"])
+    assert stamp == state / "t" / "deploy-stamp.json"
+    stamp.parent.mkdir()
+    stamp.write_text(json.dumps({"key": first["key"]}))
+
+    again = _read_play(tmp_path, plan, hostvars)
+    assert again["fast"] is True and again["groups"] == [] and again["msg"] == "in state: nothing to change"
+    # a failing precheck keeps a host out of the fast path, unless the run skips provisioning
+    # (and with it the prechecks): then the facts are not even read
+    failing = hostvars | {"prechecks_shm_min_mib": 10 ** 9}
+    assert _read_play(tmp_path, plan, failing)["fast"] is False
+    skipped = _read_play(tmp_path, plan, failing, provision=False)
+    assert skipped["fast"] is True and skipped["groups"] == [] and skipped["report"]["skipped"]
+    # a role input variable changed: the key differs, the host goes the full way
+    other = _read_play(tmp_path, plan, hostvars | {"engine_runtime_pip_args": ["--no-cache-dir"]})
+    assert other["fast"] is False and other["key"] != first["key"]
+    # a file drifted, and a precheck fails: both named
+    conf.write_text("max_batch_size: 32\n")
+    drift = _read_play(tmp_path, plan, hostvars | {"prechecks_shm_min_mib": 10 ** 9})
+    assert drift["fast"] is False
+    assert f"{conf} differs from the Plan" in drift["why"]
+    assert any(w.startswith("prechecks: 1 precheck(s) failed") and "shm" in w for w in drift["why"]), drift["why"]
