@@ -21,7 +21,9 @@ In state means all of:
 * the host's deploy stamp (written by the record play after every service was ready) holds
   this run's :func:`deploy_key`: the Plan, the host's role input variables
   (``engine_runtime_*``, ``engine_service_*``, ``router_*``, ``generation_*``) and the
-  roles and playbooks themselves. Any change of these sends the host the full way.
+  roles and playbooks themselves, and the generation that deploy recorded is still the
+  host's current one (no rollback or upgrade since). Any change of these sends the host the
+  full way.
 
 ``glmops deploy --full`` (``-e glmops_fast=false``) sends every host the full way.
 """
@@ -38,17 +40,28 @@ _REPO = Path(__file__).resolve().parents[1]
 _DIGEST: dict[str, str] = {}
 
 
+def records_dir(state_dir: str, deployment: str) -> str:
+    """Where glmops keeps its own records of a deployment on a host: ``<state_dir>/_records/<dep>``
+    with ``generations/`` (glmops.generations) and ``deploy-stamp.json``. Root's alone: the
+    state dir is root's (:func:`service_dirs`), the service user writes only its
+    ``StateDirectory=`` ``<state_dir>/<dep>``, and ``_records`` is no deployment name
+    (names are a-z, 0-9 and '-'), so no engine can rename or replace a record that root later
+    restores files from."""
+    return f"{state_dir.rstrip('/')}/_records/{deployment}"
+
+
 def stamp_path(plan: dict) -> str:
-    """The deploy stamp of a deployment on each of its hosts:
-    ``<state_dir>/<deployment>/deploy-stamp.json`` (``{"key": deploy_key}``, root, 0644)."""
-    return f"{plan['state_dir']}/{plan['deployment']}/deploy-stamp.json"
+    """The deploy stamp of a deployment on each of its hosts: ``<records_dir>/deploy-stamp.json``
+    (``{"key": deploy_key, "generation": N}``, root, 0644), written by the record play."""
+    return f"{records_dir(plan['state_dir'], plan['deployment'])}/deploy-stamp.json"
 
 
 def service_dirs(config_dir: str, state_dir: str, user: str) -> list[dict[str, str]]:
     """The directories the engine_service role keeps: ``[{path, mode, owner, group}]``
-    (config dir root:<user> 0750, state dir <user>:<user> 0755)."""
+    (config dir root:<user> 0750; state dir root:root 0755: each unit's ``StateDirectory=``
+    under it is the service user's, the records beside them root's, :func:`records_dir`)."""
     return [{"path": config_dir, "mode": "0750", "owner": "root", "group": user},
-            {"path": state_dir, "mode": "0755", "owner": user, "group": user}]
+            {"path": state_dir, "mode": "0755", "owner": "root", "group": "root"}]
 
 
 def _spec(f: dict[str, Any], digest: str) -> str:
@@ -56,20 +69,23 @@ def _spec(f: dict[str, Any], digest: str) -> str:
 
 
 def state_argv(bundle: dict, host_units: list[str], unit_glob: str, target: dict, user: str,
-               config_dir: str, state_dir: str, stamp: str = "") -> list[str]:
+               config_dir: str, state_dir: str, stamp: str = "", current: str = "") -> list[str]:
     """argv of ``glmops_hostctl.py state`` for one bundle of a host's Plan (``workers`` or
     ``routers``: ``{services, files, secret_files}``, see :mod:`glmops.deployview`): the
     directories and files it wants (target file first), each unit with the files it
     depends on, the /health of each unit, the other units of the deployment on the host
-    (``host_units``, never stale) and, with ``stamp``, the deploy stamp file to read."""
+    (``host_units``, never stale) and, with ``stamp`` and ``current``, the deploy stamp and the
+    generations' ``current`` file to read."""
     files = ([target] if target.get("path") else []) + list(bundle.get("files", [])) + list(bundle.get("secret_files", []))
     argv = ["state", "--user", user, "--glob", unit_glob, "--target", target.get("name", ""),
             "--keep", *host_units,
             "--want", *[_spec(d, "dir") for d in service_dirs(config_dir, state_dir, user)],
             *[_spec(f, f["sha256"]) for f in files],
             "--unit", *[f"{s['unit']}={','.join(s['paths'])}" for s in bundle.get("services", [])],
-            "--health", *[f"{s['unit']}|{s['health_url']}" for s in bundle.get("services", [])]]
-    return argv + (["--stamp", stamp] if stamp else [])
+            "--health", *[f"{s['unit']}|{s['health_url']}" for s in bundle.get("services", [])],
+            "--runtime", *[f"{s['unit']}={s['runtime_marker']}" for s in bundle.get("services", [])
+                           if s.get("runtime_marker")]]
+    return argv + (["--stamp", stamp] if stamp else []) + (["--current", current] if current else [])
 
 
 def provision_roles(hardware: str | None, runtime: str | None, driver_enabled: Any = None,
@@ -127,10 +143,24 @@ def services_in_state(state: dict) -> list[str]:
     why = []
     if not state.get("user"):
         why.append("the service user is missing")
-    for key, text in (("drifted", "differs from the Plan"), ("stale", "is no longer in the Plan"),
-                      ("restart", "is not running or not enabled"), ("unhealthy", "does not answer /health 200")):
-        why += [f"{item} {text}" for item in state.get(key, [])]
+    why += [f"{path} differs from the Plan" for path in state.get("drifted", [])]
+    why += [f"{unit} is no longer in the Plan" for unit in state.get("stale", [])]
+    for unit in state.get("restart", []):
+        info = (state.get("units") or {}).get(unit) or {}
+        if info.get("active") != "active":
+            why.append(f"{unit} is not running ({info.get('active') or 'unknown'}/{info.get('sub') or '-'})")
+        elif info.get("enabled") not in _ENABLED:
+            why.append(f"{unit} is not enabled ({info.get('enabled') or 'unknown'})")
+        elif unit in state.get("reinstalled", []):
+            why.append(f"{unit} restarts: its engine runtime was reinstalled after it started")
+        else:
+            why.append(f"{unit} restarts for its changed files")
+    why += [f"{unit} does not answer /health 200" for unit in state.get("unhealthy", [])]
     return why
+
+
+#: UnitFileState values that start with the deployment target (as glmops_hostctl.py counts them)
+_ENABLED = ("enabled", "enabled-runtime", "static", "linked")
 
 
 def runtime_in_state(runtime: dict, probe: dict | None) -> list[str]:
@@ -155,17 +185,25 @@ def runtime_in_state(runtime: dict, probe: dict | None) -> list[str]:
     return why
 
 
-def decide(prechecks_ok: bool, prechecks_msg: str, states: list[dict], runtimes: list[tuple[dict, dict | None]],
-           stamp: dict | None, key: str) -> list[str]:
+def decide(prechecks_failed: list[str], states: list[dict], runtimes: list[tuple[dict, dict | None]],
+           stamp: Any, current: Any, key: str) -> list[str]:
     """Why a host is not in state: every reason, empty when it is (see the module docstring).
-    ``states``: the hostctl ``state`` answers of its bundles; ``runtimes``: ``[(runtime,
-    probe)]`` of the runtimes glmops installs there; ``stamp``: the deploy stamp or None."""
-    why = [] if prechecks_ok else [f"prechecks: {prechecks_msg}"]
+    ``prechecks_failed``: the failed prechecks' lines; ``states``: the hostctl ``state``
+    answers of its bundles; ``runtimes``: ``[(runtime, probe)]`` of the runtimes glmops
+    installs there; ``stamp``: the deploy stamp's JSON or None; ``current``: the number in the
+    generations' ``current`` file (str) or None."""
+    why = [f"precheck failed: {line}" for line in prechecks_failed]
     for state in states:
         why += services_in_state(state)
     for runtime, probe in runtimes:
         why += runtime_in_state(runtime, probe)
-    if not stamp or stamp.get("key") != key:
-        why.append("the last deploy on this host was of another Plan, variables or glmops version"
-                   if stamp else "no deploy of this Plan was recorded on this host")
+    if stamp is None:
+        why.append("no deploy of this Plan was recorded on this host")
+    elif not isinstance(stamp, dict) or not isinstance(stamp.get("key"), str):
+        why.append("the deploy stamp is not one glmops wrote")
+    elif stamp["key"] != key:
+        why.append("the last deploy on this host was of another Plan, variables or glmops version")
+    elif str(stamp.get("generation")) != str(current).strip():
+        why.append(f"the current generation ({str(current).strip() if current is not None else 'none'}) is not "
+                   f"the one this Plan's deploy recorded ({stamp.get('generation')}): a rollback or upgrade ran since")
     return why

@@ -6,7 +6,7 @@ validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan
 (``glmops.render``) in one call. Shape::
 
     {deployment, model, served_model_name, engine, topology, endpoint_url, smoke, notes,
-     service_user, config_dir, state_dir, readiness_timeout_s, runtime, engine_version,
+     service_user, config_dir, state_dir, records_dir, readiness_timeout_s, runtime, engine_version,
      target_name,                       # glm-<dep>.target
      unit_glob,                         # glm-<dep>-*.service: what belongs to this deployment
      services: [service view],          # all, in start order
@@ -17,7 +17,8 @@ validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan
 
     service view: {name, unit, host, role, pool, engine, address, port, url, gpus,
                    health_url, ready_url, start_order, replica, runtime, image,
-                   paths: [every file path the unit depends on, unit file first]}
+                   paths: [every file path the unit depends on, unit file first],
+                   runtime_marker: the venv's install marker ("" unless venv runtime)}
     file:         {path, content (str), mode, owner, group, service, sha256}
 
 Env files (mode 0600) are ``secret_files``: only tasks with ``no_log`` touch them. A
@@ -29,9 +30,12 @@ import hashlib
 from typing import Any
 
 
+from glmops.deploystate import records_dir
 from glmops.model import Deployment, Plan, Problem, Service
 
 ROUTER_ORDER = 50  # Service.start_order at or above this: router/orchestrator/frontend
+#: the venv marker roles/engine_runtime writes when an install is complete (tasks/venv_install.yml)
+RUNTIME_MARKER = ".glmops-runtime.json"
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -94,6 +98,7 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         "service_user": dep.service_user,
         "config_dir": f"{dep.config_dir}/{plan.deployment}",
         "state_dir": dep.state_dir,
+        "records_dir": records_dir(dep.state_dir, plan.deployment),  # generations + deploy stamp (root's)
         "checkpoint_dir": dep.checkpoint.local_dir,
         "checkpoint": checkpoint_view(dep, plan),  # roles/checkpoint (glmops.checkpoint.plan_view)
         "readiness_timeout_s": int(dep.readiness_timeout_s),
@@ -109,7 +114,11 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
     ordered = sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name))
     for svc in ordered:
         files, secrets = _files(dep, plan, svc)
+        runtime = _runtime(dep, svc)
         sview = _service_view(svc, [f["path"] for f in files + secrets])
+        # a venv reinstalled after the unit started (roles/engine_runtime writes this marker last)
+        # restarts the unit: glmops_hostctl.py state --runtime
+        sview["runtime_marker"] = f"{runtime['venv']}/{RUNTIME_MARKER}" if runtime and runtime.get("venv") else ""
         out["services"].append(sview)
         host = out["hosts"].get(svc.host)
         if host is None:
@@ -117,7 +126,6 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
             tfile["name"] = target
             host = out["hosts"][svc.host] = {
                 "units": [], "runtimes": [], "target": tfile, "workers": _bundle(), "routers": _bundle()}
-        runtime = _runtime(dep, svc)
         if runtime and runtime not in host["runtimes"]:
             host["runtimes"].append(runtime)
         kind = "routers" if svc.start_order >= ROUTER_ORDER else "workers"

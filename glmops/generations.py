@@ -3,7 +3,7 @@
 A *generation* is what one successful deploy or upgrade placed on a host: every unit,
 env and config file (byte for byte), the engine runtimes, the checkpoint revision and
 the Plan hash. ``roles/generation`` records it on each host under
-``<state_dir>/<deployment>/generations/<N>/`` (``manifest.json`` + ``files/``) and keeps
+``<state_dir>/_records/<deployment>/generations/<N>/`` (``manifest.json`` + ``files/``) and keeps
 the newest ``generation_keep`` (default 5). This module turns what the hosts report
 (``glmops_generation.py list``) and a new Plan view (``glmops.deployview``) into:
 

@@ -133,7 +133,7 @@ def run(
     if diff:
         cmdline.append("--diff")
     result = RunResult(verb=verb, rc=1, status="", artifacts=rundir, seconds=0.0, check=check)
-    view = _Progress(console, quiet)
+    view = _Progress(console, quiet, diff=diff)
 
     def handler(event: dict) -> bool:
         _collect(result, event)
@@ -267,15 +267,44 @@ def _failure_text(res: dict) -> str:
     return f"{msg}\n{extra}".strip() if extra and extra not in msg else msg
 
 
-class _Progress:
-    """Per host and step: a line per task result (plain output), or a live table on a TTY."""
+def diff_text(res: dict) -> str:
+    """Unified diff text of a task result's ``diff`` (a dict or a list of dicts with
+    ``before``/``after`` and optional headers), as ``ansible-playbook --diff`` shows it."""
+    import difflib
 
-    def __init__(self, console: Console, quiet: bool):
+    items = res.get("diff") or []
+    items = items if isinstance(items, list) else [items]
+    out = []
+    for d in items:
+        if not isinstance(d, dict) or ("before" not in d and "after" not in d):
+            if isinstance(d, dict) and d.get("prepared"):
+                out.append(str(d["prepared"]))
+            continue
+        before, after = d.get("before", ""), d.get("after", "")
+        if not isinstance(before, str) or not isinstance(after, str):
+            before, after = json.dumps(before, indent=2, sort_keys=True), json.dumps(after, indent=2, sort_keys=True)
+        out.extend(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        d.get("before_header", "before"), d.get("after_header", "after")))
+    return "".join(out)
+
+
+#: role argument checks Ansible adds per role and host: shown only when they fail
+_ARGSPEC_TASK = "Validating arguments against arg spec"
+
+
+class _Progress:
+    """Per host and step: a line per task result (plain output), or a live table on a TTY.
+    A play header is printed with its first shown result (plays with nothing to do stay
+    silent); with ``diff`` the file diffs of ``--diff`` are printed under their task."""
+
+    def __init__(self, console: Console, quiet: bool, diff: bool = False):
         self.console = console
         self.quiet = quiet
+        self.diff = diff
         self.live = None
         self.rows: dict[str, tuple[str, str]] = {}
         self.play = ""
+        self.play_shown = True
         if console.is_terminal and not quiet:
             from rich.live import Live
 
@@ -296,8 +325,14 @@ class _Progress:
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
             self.play = data.get("play", "")
-            if not self.live and not self.quiet:
-                self.console.print(Text("PLAY ", style="bold") + Text(self.play), highlight=False, soft_wrap=True)
+            self.play_shown = False
+        if kind == "runner_on_file_diff":
+            text = diff_text(data) if self.diff else ""
+            if text and not self.quiet:
+                self._play_header()
+                self.console.print(f"--- {data.get('host')}: {data.get('task', '')}", markup=False, highlight=False)
+                self.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+            return
         if not kind.startswith("runner_on_") or kind == "runner_on_start" or not data.get("host"):
             if kind == "runner_on_start" and data.get("host"):
                 self.rows[data["host"]] = (data.get("task", ""), "running")
@@ -314,13 +349,20 @@ class _Progress:
         if kind == "runner_on_failed" and data.get("ignore_errors"):
             state = "failed (ignored)"
         if data.get("task") == READ_TASK and kind == "runner_on_ok" and res.get("msg"):
-            state = f"ok: {res['msg'][:160]}"
+            state = f"ok: {res['msg']}"
         self.rows[data["host"]] = (data.get("task", ""), state)
         if self.live:
             self.live.update(self._table())
-        elif not self.quiet and state != "skipped":
+        elif (not self.quiet and state != "skipped"
+              and not (data.get("task", "").startswith(_ARGSPEC_TASK) and state == "ok")):
+            self._play_header()
             self.console.print(f"  {data['host']:<16} {data.get('task', ''):<70} {state}", highlight=False,
                                markup=False, soft_wrap=True)
+
+    def _play_header(self) -> None:
+        if not self.play_shown and not self.live:
+            self.play_shown = True
+            self.console.print(Text("PLAY ", style="bold") + Text(self.play), highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         if self.live:

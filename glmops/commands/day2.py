@@ -1,7 +1,7 @@
 """Day-2 verbs: ``glmops history``, ``glmops upgrade``, ``glmops rollback``.
 
 * ``history``: the generations each host keeps (``roles/generation``, recorded by every
-  deploy, serve and upgrade under ``<state_dir>/<dep>/generations/<N>``).
+  deploy, serve and upgrade under ``<state_dir>/_records/<dep>/generations/<N>``).
 * ``upgrade``: apply a changed engine version, image or settings (the inventory as it is
   now, plus ``--set key=value``) one replica at a time (``glmops.generations.steps``):
   each step takes its workers out of the router where the router allows it, waits for
@@ -46,7 +46,9 @@ def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], s
     hosts = list(dict.fromkeys([*dep.extra.get("workers", []), *dep.extra.get("routers", []),
                                 *(p for pool in dep.pools for p in (pool.hosts or [])),
                                 *([dep.router.host] if dep.router and dep.router.host else [])]))
-    return f"{dep.state_dir}/{dep.name}/generations", hosts, dep.name
+    from glmops.deploystate import records_dir
+
+    return f"{records_dir(dep.state_dir, dep.name)}/generations", hosts, dep.name
 
 
 def read_history(inventory: str, topology: str | None, console: Console | None = None

@@ -89,27 +89,6 @@ def print_reports(nodes: dict[str, dict[str, Any]], console: Console) -> None:
             console.print(f"warning {line}", markup=False)
 
 
-def diff_text(res: dict) -> str:
-    """Unified diff text of a task result's ``diff`` (a dict or a list of dicts with
-    ``before``/``after`` and optional headers), as ``ansible-playbook --diff`` shows it."""
-    import difflib
-
-    items = res.get("diff") or []
-    items = items if isinstance(items, list) else [items]
-    out = []
-    for d in items:
-        if not isinstance(d, dict) or ("before" not in d and "after" not in d):
-            if isinstance(d, dict) and d.get("prepared"):
-                out.append(str(d["prepared"]))
-            continue
-        before, after = d.get("before", ""), d.get("after", "")
-        if not isinstance(before, str) or not isinstance(after, str):
-            before, after = json.dumps(before, indent=2, sort_keys=True), json.dumps(after, indent=2, sort_keys=True)
-        out.extend(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        d.get("before_header", "before"), d.get("after_header", "after")))
-    return "".join(out)
-
-
 @click.command("provision")
 @INVENTORY
 @click.option("--check", is_flag=True, help="Change nothing; show what would change.")
@@ -132,22 +111,9 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
         extravars["nvidia_driver_upgrade"] = True
 
     collector = ReportCollector()
-
-    def on_event(event: dict) -> None:
-        collector(event)
-        if not diff:
-            return
-        data = event.get("event_data") or {}
-        res = data.get("res") or {}
-        if event.get("event") == "runner_on_ok" and res.get("changed") and res.get("diff"):
-            text = diff_text(res)
-            if text:
-                console.print(f"--- {data.get('host')}: {data.get('task')}", markup=False)
-                console.print(text.rstrip("\n"), markup=False)
-
     result = runner.run("provision", "provision.yml", inventory, extravars,
                         check=check, diff=diff, limit=limit, console=console,
-                        on_event=on_event)
+                        on_event=collector)
     runner.print_summary(result, console)
     nodes = reports(result, collector.reports)
     if nodes and not check:

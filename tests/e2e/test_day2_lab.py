@@ -106,7 +106,7 @@ def history(inventory) -> dict:
 @pytest.fixture(scope="module")
 def deployed(lab, inventory, runs_dir, endpoint):
     for host in ("lab-1", "lab-2", "lab-3"):  # a kept lab (GLMOPS_KEEP_LAB) starts from no generation
-        D.ssh(lab, host, "rm -rf /var/lib/glmops/lab/generations")
+        D.ssh(lab, host, "rm -rf /var/lib/glmops/_records/lab")
     start = time.monotonic()
     proc = D.glmops("deploy", "-i", str(inventory), "--skip-provision", "--skip-smoke", timeout=2400)
     print(f"first deploy: {time.monotonic() - start:.1f} s")
@@ -172,11 +172,16 @@ def test_deploy_records_generation_1(lab, inventory, deployed):
         assert gen["checkpoint"]["revision"] == "fe40d458d5998d162f66364ccee30bb27f5e658f"
         assert {r["engine"] for r in gen["runtimes"]} <= {"vllm", "vllm_router"} and gen["runtimes"]
     # the env copy is 0600 root in a 0700 directory, and holds what the env file holds
-    proc = D.ssh(lab, "lab-1", "d=/var/lib/glmops/lab/generations; stat -c '%a %U' $d "
+    proc = D.ssh(lab, "lab-1", "d=/var/lib/glmops/_records/lab/generations; stat -c '%a %U' $d "
                                "$d/1/files/etc/glmops/lab/glm-lab-agg-0.env; "
                                "cmp $d/1/files/etc/glmops/lab/glm-lab-agg-0.env /etc/glmops/lab/glm-lab-agg-0.env")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["700 root", "600 root"]
+    # no directory above the records is the service user's: it could swap in generations that
+    # root then restores from (the unit's StateDirectory= /var/lib/glmops/lab is the user's)
+    proc = D.ssh(lab, "lab-1", "stat -c '%a %U' /var/lib/glmops /var/lib/glmops/_records /var/lib/glmops/_records/lab "
+                               "/var/lib/glmops/lab")
+    assert proc.stdout.split("\n")[:4] == ["755 root", "755 root", "755 root", "755 glmops"], proc.stdout
     # a second record of the same Plan changes nothing (no generation 2)
     proc = D.glmops("serve", "-i", str(inventory), timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:]

@@ -84,6 +84,36 @@ def test_state_looks_at_health_of_the_units_it_leaves_running(server, monkeypatc
     assert out["unhealthy"] == ["up.service"] and out["services"] == []
 
 
+def test_state_restarts_a_unit_whose_engine_venv_was_reinstalled_after_it_started(monkeypatch, capsys, tmp_path):
+    """A reinstalled venv replaces the files the running engine mapped: the unit restarts
+    (its own files did not change), so the next deploy does not call it in state."""
+    import time
+
+    hc = _load(REPO / "roles" / "engine_service" / "files" / "glmops_hostctl.py", "glmops_hostctl_rt")
+    # this test's own process stands in for the unit's main process
+    monkeypatch.setattr(hc, "unit_show", lambda units: {u: {"ActiveState": "active", "UnitFileState": "enabled",
+                                                            "MainPID": str(os.getpid())} for u in units})
+    marker = tmp_path / ".glmops-runtime.json"
+    marker.write_text("{}")
+    started = hc.process_started(os.getpid())
+    assert started is not None and abs(started - time.time()) < 3600 * 24 * 365
+    os.utime(marker, (started - 60, started - 60))  # installed before the process started
+    args = ["state", "--unit", "w.service=", "--runtime", f"w.service={marker}"]
+    hc.main(args)
+    out = json.loads(capsys.readouterr().out)
+    assert out["restart"] == [] and out["reinstalled"] == []
+    os.utime(marker, (time.time(), time.time()))  # reinstalled while it runs
+    hc.main(args)
+    out = json.loads(capsys.readouterr().out)
+    assert out["restart"] == ["w.service"] and out["reinstalled"] == ["w.service"]
+    from glmops.deploystate import services_in_state
+
+    out["units"]["w.service"]["enabled"] = "enabled"
+    assert services_in_state(out) == ["w.service restarts: its engine runtime was reinstalled after it started"]
+    hc.main(["state", "--unit", "w.service=", "--runtime", f"w.service={tmp_path / 'missing'}"])
+    assert json.loads(capsys.readouterr().out)["restart"] == []  # no marker: nothing to compare
+
+
 # ------------------------------------------------------------ engine_runtime probe
 def test_runtime_probe_reads_manifest_marker_and_packages(tmp_path):
     probe = REPO / "roles" / "engine_runtime" / "files" / "glmops_runtime_probe.py"

@@ -114,16 +114,28 @@ def test_runtime_in_state_follows_the_wheel_set_the_marker_names(tmp_path):
 
 def test_decide_lists_every_reason():
     clean = {"user": True, "drifted": [], "stale": [], "restart": [], "unhealthy": []}
-    assert deploystate.decide(True, "", [clean], [], {"key": "k"}, "k") == []
-    why = deploystate.decide(False, "1 precheck(s) failed:\nshm", [
+    stamp = {"key": "k", "generation": 7}
+    assert deploystate.decide([], [clean], [], stamp, "7", "k") == []
+    why = deploystate.decide(["lab-1: shm 64 MiB, needed 1024 MiB"], [
         clean | {"user": False, "drifted": ["/etc/x"], "stale": ["old.service"]},
-        clean | {"restart": ["a.service"], "unhealthy": ["b.service"]}], [], None, "k")
-    assert why == ["prechecks: 1 precheck(s) failed:\nshm", "the service user is missing",
+        clean | {"restart": ["a.service", "c.service", "d.service"], "unhealthy": ["b.service"],
+                 "units": {"a.service": {"active": "inactive", "sub": "dead", "enabled": "enabled"},
+                           "c.service": {"active": "active", "sub": "running", "enabled": "disabled"},
+                           "d.service": {"active": "active", "sub": "running", "enabled": "enabled"}}}],
+        [], None, None, "k")
+    assert why == ["precheck failed: lab-1: shm 64 MiB, needed 1024 MiB", "the service user is missing",
                    "/etc/x differs from the Plan", "old.service is no longer in the Plan",
-                   "a.service is not running or not enabled", "b.service does not answer /health 200",
+                   "a.service is not running (inactive/dead)", "c.service is not enabled (disabled)",
+                   "d.service restarts for its changed files", "b.service does not answer /health 200",
                    "no deploy of this Plan was recorded on this host"]
-    assert deploystate.decide(True, "", [clean], [], {"key": "old"}, "k") == [
+    assert deploystate.decide([], [clean], [], {"key": "old", "generation": 7}, "7", "k") == [
         "the last deploy on this host was of another Plan, variables or glmops version"]
+    # a rollback (or an upgrade) made another generation current since this Plan's deploy
+    assert deploystate.decide([], [clean], [], stamp, "6", "k") == [
+        "the current generation (6) is not the one this Plan's deploy recorded (7): a rollback or upgrade ran since"]
+    # a stamp glmops did not write (valid JSON, but not its shape) is no crash
+    for junk in ([1, 2], "x", {"key": 3}, {}):
+        assert deploystate.decide([], [clean], [], junk, "7", "k") == ["the deploy stamp is not one glmops wrote"]
 
 
 def test_deploy_key_follows_plan_host_role_vars_and_code(tmp_path):
@@ -197,12 +209,16 @@ def test_read_action_finds_a_host_in_state_only_with_its_stamp_and_files(tmp_pat
     assert first["why"] == ["no deploy of this Plan was recorded on this host"], first["why"]
     assert first["report"]["ok"] is True and first["changed"] is False
     stamp = Path(first["stamp_path"])
-    assert stamp == state / "t" / "deploy-stamp.json"
-    stamp.parent.mkdir()
-    stamp.write_text(json.dumps({"key": first["key"]}))
+    assert stamp == state / "_records" / "t" / "deploy-stamp.json"
+    (stamp.parent / "generations").mkdir(parents=True)
+    (stamp.parent / "generations" / "current").write_text("3\n")
+    stamp.write_text(json.dumps({"key": first["key"], "generation": 3}))
 
     again = _read_play(tmp_path, plan, hostvars)
     assert again["fast"] is True and again["groups"] == [] and again["msg"] == "in state: nothing to change"
+    (stamp.parent / "generations" / "current").write_text("2\n")  # a rollback since
+    assert "a rollback or upgrade ran since" in " ".join(_read_play(tmp_path, plan, hostvars)["why"])
+    (stamp.parent / "generations" / "current").write_text("3\n")
     # a failing precheck keeps a host out of the fast path, unless the run skips provisioning
     # (and with it the prechecks): then the facts are not even read
     failing = hostvars | {"prechecks_shm_min_mib": 10 ** 9}
@@ -217,4 +233,43 @@ def test_read_action_finds_a_host_in_state_only_with_its_stamp_and_files(tmp_pat
     drift = _read_play(tmp_path, plan, hostvars | {"prechecks_shm_min_mib": 10 ** 9})
     assert drift["fast"] is False
     assert f"{conf} differs from the Plan" in drift["why"]
-    assert any(w.startswith("prechecks: 1 precheck(s) failed") and "shm" in w for w in drift["why"]), drift["why"]
+    assert any(w.startswith("precheck failed: localhost: ") and "shm" in w for w in drift["why"]), drift["why"]
+
+
+def test_progress_prints_file_diffs_hides_empty_plays_and_passed_argument_checks():
+    """What `glmops deploy --check --diff` prints: the diff under its task (the runner's
+    runner_on_file_diff event), no header for a play with nothing to show, no line for a
+    role's passing argument check (a failing one is shown)."""
+    from rich.console import Console
+
+    from glmops import runner
+
+    console = Console(record=True, width=200, force_terminal=False)
+    view = runner._Progress(console, quiet=False, diff=True)
+    result = runner.RunResult(verb="deploy", rc=0, status="", artifacts=Path("."), seconds=0.0)
+    events = [
+        {"event": "playbook_on_play_start", "event_data": {"play": "Empty play"}},
+        {"event": "runner_on_skipped", "event_data": {"host": "lab-1", "task": "Nothing here"}},
+        {"event": "playbook_on_play_start", "event_data": {"play": "Start the workers"}},
+        {"event": "runner_on_ok", "event_data": {"host": "lab-1", "task": "Validating arguments against arg spec 'main'",
+                                                 "res": {}}},
+        {"event": "runner_on_file_diff", "event_data": {"host": "lab-1", "task": "Place the units", "diff": [
+            {"before_header": "/etc/x.service", "after_header": "/etc/x.service",
+             "before": "a\n--max-num-seqs 4\n", "after": "a\n--max-num-seqs 8\n"}]}},
+        {"event": "runner_on_ok", "event_data": {"host": "lab-1", "task": "Place the units", "res": {"changed": True}}},
+        {"event": "runner_on_failed", "event_data": {"host": "lab-2", "task": "Validating arguments against arg spec 'main'",
+                                                     "res": {"msg": "bad"}}},
+    ]
+    for ev in events:
+        view.event(ev, result)
+    out = console.export_text()
+    assert "Empty play" not in out and "PLAY Start the workers" in out
+    assert "--- lab-1: Place the units" in out and "--max-num-seqs 4" in out and "+--max-num-seqs 8" in out
+    assert "runner_on_file_diff" not in out
+    assert "lab-1" in out and "Validating arguments" in out.split("lab-2")[1].splitlines()[0]
+    assert out.count("Validating arguments") == 1  # the failed one only
+    quiet = Console(record=True, width=200, force_terminal=False)
+    plain = runner._Progress(quiet, quiet=False, diff=False)
+    for ev in events:
+        plain.event(ev, result)
+    assert "max-num-seqs" not in quiet.export_text()  # no --diff: no diff

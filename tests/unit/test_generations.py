@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -226,7 +227,7 @@ def test_upgrade_check_lists_changed_units_and_steps(monkeypatch, topology, out_
     deployed = plan_view("inventories/lab", topology)
     ok = runner.RunResult(verb="history", rc=0, status="successful", artifacts=Path("."), seconds=0.0)
     monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None: (
-        _history_of(deployed), ok, "/var/lib/glmops/lab/generations", list(deployed["hosts"])))
+        _history_of(deployed), ok, "/var/lib/glmops/_records/lab/generations", list(deployed["hosts"])))
     monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("--check ran a playbook"))
     cli = CliRunner()
     res = cli.invoke(main, ["upgrade", "-i", "inventories/lab", "--topology", topology, "--check"])
@@ -257,7 +258,7 @@ def test_rollback_check_picks_previous_and_rejects_unknown(monkeypatch):
     hist = {h: {"current": 2, "generations": g1[h]["generations"] + g2[h]["generations"]} for h in g1}
     ok = runner.RunResult(verb="history", rc=0, status="successful", artifacts=Path("."), seconds=0.0)
     monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None: (
-        hist, ok, "/var/lib/glmops/lab/generations", list(hist)))
+        hist, ok, "/var/lib/glmops/_records/lab/generations", list(hist)))
     monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("--check ran a playbook"))
     res = CliRunner().invoke(main, ["rollback", "-i", "inventories/lab", "--check"], env={"COLUMNS": "250"})
     assert res.exit_code == 0, res.output
@@ -265,3 +266,27 @@ def test_rollback_check_picks_previous_and_rejects_unknown(monkeypatch):
     assert "agg replica 0" in res.output and "out of the router first" in res.output
     res = CliRunner().invoke(main, ["rollback", "-i", "inventories/lab", "--to", "5"])
     assert res.exit_code == 2 and "generation 5 is not recorded" in res.output and "1, 2" in res.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_record_and_restore_refuse_generations_another_user_could_swap(tmp_path):
+    """The engines' service user owns its StateDirectory=: generations under a directory it
+    can write could be replaced by ones whose files root then restores anywhere."""
+    import pwd
+
+    base = tmp_path / "state"
+    (base / "dep").mkdir(parents=True)
+    gen = base / "dep" / "generations"
+    for d in (tmp_path, base, base / "dep"):
+        d.chmod(0o755)
+    os.chown(base, pwd.getpwnam("nobody").pw_uid, 0)
+    for args in (["record", "--dir", str(gen), "--number", "1", "--manifest", "e30="],
+                 ["restore", "--dir", str(gen), "--to", "1"]):
+        rc, out = run(*args)
+        assert rc == 1 and f"{base} (0755, uid {pwd.getpwnam('nobody').pw_uid})" in out["msg"], out
+        assert "not trusting generations" in out["msg"]
+    assert not gen.exists()
+    base.chmod(0o777)  # root's but writable by anyone: as bad
+    os.chown(base, 0, 0)
+    rc, out = run("record", "--dir", str(gen), "--number", "1", "--manifest", "e30=")
+    assert rc == 1 and "0777, uid 0" in out["msg"]

@@ -83,7 +83,7 @@ def test_check_json_exit_code_follows_the_reports(tmp_path, monkeypatch):
 def test_diff_text_renders_file_diffs():
     res = {"diff": [{"before": "", "after": "Types: deb\nSuites: /\n", "before_header": "/etc/apt/x.sources",
                      "after_header": "/etc/apt/x.sources"}]}
-    text = cmd.diff_text(res)
+    text = runner.diff_text(res)
     assert "+Types: deb" in text and "+Suites: /" in text and text.startswith("--- /etc/apt/x.sources")
-    assert cmd.diff_text({"diff": {"prepared": "hold nvlsm"}}) == "hold nvlsm"
-    assert cmd.diff_text({}) == ""
+    assert runner.diff_text({"diff": {"prepared": "hold nvlsm"}}) == "hold nvlsm"
+    assert runner.diff_text({}) == ""

@@ -69,6 +69,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"glmops_deploy_read: {host}: glmops_hardware: {exc}") from exc
 
         stamp = deploystate.stamp_path(plan)
+        current = f"{deploystate.records_dir(plan['state_dir'], plan['deployment'])}/generations/current"
         provision = bool(args.get("provision", True))
         # the prechecks belong to provisioning: --skip-provision skips them here too
         jobs = [("facts", hostread.script("prechecks", "glmops_precheck_facts.py"),
@@ -80,7 +81,7 @@ class ActionModule(ActionBase):
                 jobs.append((kind, hostctl, deploystate.state_argv(
                     bundle, host_plan.get("units", []), plan["unit_glob"], host_plan.get("target") or {},
                     plan["service_user"], plan["config_dir"], plan["state_dir"],
-                    stamp=stamp if not any(j[0] in _BUNDLES for j in jobs) else "")))
+                    **({} if any(j[0] in _BUNDLES for j in jobs) else {"stamp": stamp, "current": current}))))
         skip = set(args.get("runtime_skip") or [])
         runtimes = [r for r in host_plan.get("runtimes", []) if r.get("engine") not in skip]
         probe = hostread.script("engine_runtime", "glmops_runtime_probe.py")
@@ -100,7 +101,8 @@ class ActionModule(ActionBase):
             report = {"host": host, "ok": False, "failed": [f"reading facts failed: {facts['stdout'][-300:]}"]}
         else:
             report = prechecks.host_report(host, facts["json"].get("facts") or {}, needs)
-        states, services, stamp_doc, broken = [], [], None, []
+        states, services, broken = [], [], []
+        stamp_doc = current_doc = None
         for kind in _BUNDLES:
             if kind not in read:
                 continue
@@ -110,14 +112,15 @@ class ActionModule(ActionBase):
                 continue
             states.append(doc)
             services += doc.get("services", [])
-            stamp_doc = stamp_doc or doc.get("stamp")
+            if "stamp" in doc and doc.get("stamp") is not None:
+                stamp_doc, current_doc = doc["stamp"], doc.get("current")
         pairs = [(rt, (read.get(f"runtime{i}") or {}).get("json")) for i, rt in enumerate(runtimes)]
 
         code = deploystate.code_digest()
         role_vars = {k: self._var(task_vars, k) for k in task_vars if k.startswith(deploystate.ROLE_VAR_PREFIXES)}
         key = deploystate.deploy_key(plan, host, role_vars, code)
-        why = broken + deploystate.decide(report["ok"], prechecks.report_msg(report) if "needs" in report
-                                          else "; ".join(report["failed"]), states, pairs, stamp_doc, key)
+        why = broken + deploystate.decide([] if report["ok"] else report["failed"], states, pairs,
+                                          stamp_doc, current_doc, key)
         if not args.get("fast", True):
             why.insert(0, "every role runs (--full)")
         fast = not why

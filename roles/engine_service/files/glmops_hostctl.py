@@ -5,18 +5,23 @@ One call per host instead of one module call per file/unit, so a no-op redeploy 
 about what ``ansible -m setup`` costs. Every subcommand prints one JSON document.
 
   state --want PATH=SHA256:MODE:OWNER:GROUP ... --unit UNIT=PATH,PATH ... --keep UNIT ...
-        --glob GLOB --target TARGET --user NAME [--health UNIT|HEALTH_URL ...] [--stamp PATH]
+        --glob GLOB --target TARGET --user NAME [--health UNIT|HEALTH_URL ...] [--runtime UNIT=MARKER ...]
+        [--stamp PATH] [--current PATH]
       -> {"drifted": [PATH], "units": {UNIT: {...}}, "restart": [UNIT], "stale": [UNIT], "user": bool,
-          "unhealthy": [UNIT], "services": [{unit, ready, fresh, reason}], "stamp": JSON | null}
+          "unhealthy": [UNIT], "services": [{unit, ready, fresh, reason}], "reinstalled": [UNIT],
+          "stamp": JSON | null, "current": str | null}
       read-only: which files differ from what the Plan wants (content hash or ``dir``,
       mode, owner, group); each unit's systemd state; the units to (re)start (one of
       its files drifted, or not active, or not enabled); units matching GLOB in
       /etc/systemd/system, PartOf= TARGET, that neither --unit nor --keep names; whether
-      the user exists. Each --health unit that stays as it is gets one GET of its own
+      the user exists. A running unit whose --runtime marker (its engine venv's install marker)
+      is newer than its main process restarts too (``reinstalled``: the process still runs the
+      removed venv's files). Each --health unit that stays as it is gets one GET of its own
       /health (3 s): ``unhealthy`` lists the ones that did not answer 200 (the caller
       then runs the ``ready`` gate), ``services`` the ones that did (ready, not fresh).
       ``stamp``: the JSON document at --stamp (the deploy stamp the record play writes after
-      a successful deploy, see glmops.deploystate), null when missing or not JSON.
+      a successful deploy, see glmops.deploystate), null when missing or not JSON; ``current``:
+      the text of --current (the generations' ``current`` file), null when missing.
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
       -> {"services": [{unit, ready, seconds, time_to_ready, reason, journal}]}
       readiness gate (F13): the unit is active, its own /health answers 200, then (for
@@ -111,6 +116,12 @@ def cmd_state(args) -> int:
         if (set(filter(None, paths.split(","))) & set(drifted) or props.get("ActiveState") != "active"
                 or props.get("UnitFileState") not in ("enabled", "enabled-runtime", "static", "linked")):
             restart.append(unit)
+    reinstalled = []
+    for spec in args.runtime:
+        unit, _, marker = spec.partition("=")
+        if unit in wanted and unit not in restart and newer_than_process(marker, units[unit]):
+            restart.append(unit)
+            reinstalled.append(unit)
     stale = []
     if args.glob and os.path.isdir(UNIT_DIR):
         stale = sorted(n for n in os.listdir(UNIT_DIR)
@@ -135,9 +146,43 @@ def cmd_state(args) -> int:
         u: {"active": p.get("ActiveState", ""), "sub": p.get("SubState", ""),
             "enabled": p.get("UnitFileState", ""), "pid": int(p.get("MainPID") or 0),
             "loaded": p.get("LoadState", "")} for u, p in units.items()},
-        "restart": restart, "stale": stale, "user": has_user,
-        "unhealthy": unhealthy, "services": services, "stamp": read_json(args.stamp) if args.stamp else None}))
+        "restart": restart, "stale": stale, "user": has_user, "reinstalled": reinstalled,
+        "unhealthy": unhealthy, "services": services, "stamp": read_json(args.stamp) if args.stamp else None,
+        "current": read_text(args.current) if args.current else None}))
     return 0
+
+
+def process_started(pid: int) -> float | None:
+    """Wall-clock start time of a process (s since the epoch): its start in clock ticks after
+    boot (/proc/PID/stat field 22) plus the boot time (/proc/stat btime); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+        with open("/proc/stat", encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def newer_than_process(marker: str, props: dict[str, str]) -> bool:
+    """True when the unit runs and ``marker`` was written after its main process started."""
+    pid = int(props.get("MainPID") or 0)
+    try:
+        written = os.stat(marker).st_mtime
+    except OSError:
+        return False
+    started = process_started(pid) if pid > 0 else None
+    return started is not None and written > started + 1.0  # tick and clock granularity
+
+
+def read_text(path: str):
+    """The stripped text of a small file; None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read(4096).strip()
+    except (OSError, ValueError):
+        return None
 
 
 def read_json(path: str):
@@ -291,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--target", default="", help="stale units must be PartOf= this target")
     st.add_argument("--user", default="")
     st.add_argument("--health", nargs="*", default=[], help="UNIT|HEALTH_URL: one /health look per kept unit")
+    st.add_argument("--runtime", nargs="*", default=[], help="UNIT=MARKER: the unit's engine venv install marker")
     st.add_argument("--stamp", default="", help="the deploy stamp file to read back")
+    st.add_argument("--current", default="", help="the generations' current file to read back")
     rd = sub.add_parser("ready")
     rd.add_argument("--timeout", type=float, required=True)
     rd.add_argument("--model", default="")

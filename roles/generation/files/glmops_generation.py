@@ -4,7 +4,7 @@
 A generation is what one successful deploy (or upgrade) placed on this host: a copy of
 every unit, env and config file byte for byte (mode, owner, group kept) plus
 ``manifest.json`` (deployment, number, Plan hash, engine runtimes, checkpoint revision,
-units and the files' sha256). Layout under ``--dir`` (``<state_dir>/<dep>/generations``,
+units and the files' sha256). Layout under ``--dir`` (``<state_dir>/_records/<dep>/generations``,
 mode 0700 root, so the 0600 env copies stay private)::
 
     <N>/manifest.json
@@ -254,6 +254,27 @@ def cmd_restore(args) -> dict:
             "remove_units": remove_units}
 
 
+def trusted(gen_dir: str) -> None:
+    """Raise Failure unless no one but root can replace ``gen_dir`` or any directory above it:
+    each existing one is root's and not writable by group or others (unless sticky, as /tmp).
+    Otherwise another user (the engines' service user owns its StateDirectory=) could swap in
+    generations whose files root would then write anywhere."""
+    path = os.path.abspath(gen_dir)
+    while True:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if os.path.islink(path) or st.st_uid != 0 or (st.st_mode & 0o022 and not st.st_mode & 0o1000):
+                raise Failure(f"{path} ({st.st_mode & 0o7777:04o}, uid {st.st_uid}{', a symlink' if os.path.islink(path) else ''})"
+                              f" can be changed by a user other than root: not trusting generations under {gen_dir}")
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="glmops_generation")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -276,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                           "msg": f"--to {args.to!r}: accepted: a generation number, 'previous' or 'current'"}))
         return 1
     try:
+        if args.cmd in ("record", "restore"):  # root writes here, and restores files from here
+            trusted(args.dir)
         out = {"list": cmd_list, "record": cmd_record, "restore": cmd_restore}[args.cmd](args)
     except Failure as exc:
         print(json.dumps({"failed": True, "msg": str(exc)}))
