@@ -291,12 +291,40 @@ def test_hostctl_ready_stops_on_a_client_error(engine, monkeypatch, capsys):
     hc = _hostctl()
     monkeypatch.setattr(hc, "unit_show", lambda units: {u: {"ActiveState": "active"} for u in units})
     monkeypatch.setattr(hc, "journal", lambda unit, lines=100: "")
-    monkeypatch.setattr(hc, "one_token", lambda *a, **k: (_ for _ in ()).throw(hc.Refused("answered 400: needs bootstrap")))
+    monkeypatch.setattr(hc, "one_token", lambda *a, **k: (_ for _ in ()).throw(hc.Refused("answered 400: needs bootstrap", 400)))
     _Engine.health = 200
     rc = hc.main(["ready", "--timeout", "600", "--service", f"u.service|{engine}/health|{engine}/v1/completions",
                   "--fresh", "u.service"])
     out = json.loads(capsys.readouterr().out)["services"][0]
     assert rc == 1 and "400" in out["reason"] and out["seconds"] < 30
+
+
+def test_hostctl_ready_waits_out_a_short_404_of_a_front_door(engine, monkeypatch, capsys):
+    """Dynamo's frontend answers 404 for the model until it has discovered its workers, a few
+    ms after its /health turns 200: a 404 is final only when it lasts NOT_FOUND_GRACE_S."""
+    hc = _hostctl()
+    monkeypatch.setattr(hc, "unit_show", lambda units: {u: {"ActiveState": "active"} for u in units})
+    monkeypatch.setattr(hc, "journal", lambda unit, lines=100: "")
+    monkeypatch.setattr(hc, "NOT_FOUND_GRACE_S", 1.5)
+    calls = []
+
+    def not_found_twice(*a, **k):
+        calls.append(1)
+        if len(calls) <= 2:
+            raise hc.Refused("answered 404: model not found", 404)
+        return True, ""
+
+    monkeypatch.setattr(hc, "one_token", not_found_twice)
+    _Engine.health = 200
+    spec = f"u.service|{engine}/health|{engine}/v1/completions"
+    rc = hc.main(["ready", "--timeout", "60", "--service", spec, "--fresh", "u.service"])
+    out = json.loads(capsys.readouterr().out)["services"][0]
+    assert rc == 0 and out["ready"] and len(calls) == 3
+    # a 404 that lasts (a wrong served model name) still fails long before the timeout
+    monkeypatch.setattr(hc, "one_token", lambda *a, **k: (_ for _ in ()).throw(hc.Refused("answered 404: x", 404)))
+    rc = hc.main(["ready", "--timeout", "600", "--service", spec, "--fresh", "u.service"])
+    out = json.loads(capsys.readouterr().out)["services"][0]
+    assert rc == 1 and "404" in out["reason"] and 1.5 <= out["seconds"] < 30
 
 
 def test_hostctl_stale_units_must_belong_to_the_deployment(tmp_path, monkeypatch, capsys):

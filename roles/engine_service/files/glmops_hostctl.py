@@ -198,8 +198,18 @@ def read_json(path: str):
 PERMANENT = (400, 401, 403, 404, 405, 422)
 
 
+#: a front door answers 404 for its model until it has discovered a worker serving it (Dynamo's
+#: frontend finds its workers a few ms after its /health turns 200): 404 counts as permanent
+#: only when it lasts this long
+NOT_FOUND_GRACE_S = 20.0
+
+
 class Refused(Exception):
     """The service answered the one-token request with a client error: stop waiting."""
+
+    def __init__(self, text: str, status: int):
+        super().__init__(text)
+        self.status = status
 
 
 def http(url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -225,7 +235,7 @@ def one_token(url: str, model: str, timeout: float) -> tuple[bool, str]:
         body = {"model": model, "prompt": "hi", "max_tokens": 1}
     status, raw = http(url, body, timeout)
     if status in PERMANENT:
-        raise Refused(f"one-token request to {url} answered {status}: {raw[:300].decode(errors='replace')}")
+        raise Refused(f"one-token request to {url} answered {status}: {raw[:300].decode(errors='replace')}", status)
     if status != 200:
         return False, f"one-token request to {url} answered {status}"
     try:
@@ -243,6 +253,7 @@ def journal(unit: str, lines: int = 100) -> str:
 
 def gate(unit: str, health: str, ready: str, model: str, deadline: float, out: dict) -> None:
     reason = "not checked"
+    first_404 = None
     while True:
         props = unit_show([unit])[unit]
         state, sub = props.get("ActiveState"), props.get("SubState")
@@ -258,7 +269,12 @@ def gate(unit: str, health: str, ready: str, model: str, deadline: float, out: d
                     ok, reason = one_token(ready, model, timeout=max(5.0, min(60.0, deadline - time.time())))
                 except Refused as exc:
                     reason = str(exc)
-                    break
+                    if exc.status != 404:
+                        break
+                    first_404 = first_404 or time.time()
+                    if time.time() - first_404 >= NOT_FOUND_GRACE_S:
+                        break
+                    ok = False
                 if ok:
                     break
             else:
