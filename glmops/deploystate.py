@@ -95,15 +95,13 @@ def provision_roles(hardware: str | None, runtime: str | None, driver_enabled: A
     By default the driver stack on hardware whose catalog vendor is nvidia (``glmops_hardware``,
     ``catalog/hardware.yaml``), the container toolkit there too when the runtime is
     ``container`` (the default runtime when unset). ``nvidia_driver_enabled`` /
-    ``container_toolkit_enabled`` (bool or None) win when set."""
+    ``container_toolkit_enabled`` (bool or None) win when set. Raises LookupError naming
+    the accepted keys for unknown hardware."""
     from glmops import catalog
 
     nvidia = False
-    if hardware and hardware != "cpu":  # unknown hardware: validate refused it already
-        try:
-            nvidia = catalog.load().hw(hardware).get("vendor") == "nvidia"
-        except LookupError:
-            nvidia = False
+    if hardware and hardware != "cpu":
+        nvidia = catalog.load().hw(hardware).get("vendor") == "nvidia"
     driver = nvidia if driver_enabled is None else _bool(driver_enabled)
     toolkit = ((runtime or "container") == "container" and nvidia) if toolkit_enabled is None else _bool(toolkit_enabled)
     return {"driver": driver, "toolkit": toolkit}

@@ -52,6 +52,17 @@ _DEPLOYMENT_WIDE = tuple(VARIABLES)
 _CHECKERS: dict[str, Callable[[Any], Any]] | None = None
 
 
+def play_inventory(task_vars: dict, or_inventory_dir: bool = False) -> str | None:
+    """The inventory an Ansible play runs with (for action plugins): the first existing path
+    among ``ansible_inventory_sources``; else, with ``or_inventory_dir``, the host's
+    ``inventory_dir``; else None."""
+    sources = task_vars.get("ansible_inventory_sources") or []
+    if isinstance(sources, str):
+        sources = [sources]
+    found = next((s for s in sources if s and os.path.exists(s)), None)
+    return found or ((task_vars.get("inventory_dir") or None) if or_inventory_dir else None)
+
+
 def _checkers() -> dict[str, Callable[[Any], Any]]:
     global _CHECKERS
     if _CHECKERS is None:

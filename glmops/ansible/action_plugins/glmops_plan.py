@@ -28,7 +28,6 @@ Returns (register it; plain data, no facts, so nothing lands in a fact cache):
 """
 from __future__ import annotations
 
-import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -45,7 +44,9 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         result["changed"] = False
 
-        inventory = self._task.args.get("inventory") or _inventory_source(task_vars)
+        from glmops.inventory import play_inventory
+
+        inventory = self._task.args.get("inventory") or play_inventory(task_vars, or_inventory_dir=True)
         if not inventory:
             raise AnsibleActionFail(
                 "glmops_plan: no inventory: pass 'inventory:' or run with -i INVENTORY"
@@ -74,17 +75,6 @@ class ActionModule(ActionBase):
         # env files may carry API keys: never display or log this result
         result["_ansible_no_log"] = True
         return result
-
-
-def _inventory_source(task_vars: dict) -> str | None:
-    """The play's inventory: the first existing path among ``ansible_inventory_sources``."""
-    sources = task_vars.get("ansible_inventory_sources") or []
-    if isinstance(sources, str):
-        sources = [sources]
-    for src in sources:
-        if src and os.path.exists(src):
-            return src
-    return task_vars.get("inventory_dir") or None
 
 
 SUMMARY_KEYS = ("deployment", "model", "served_model_name", "engine", "topology", "endpoint_url")

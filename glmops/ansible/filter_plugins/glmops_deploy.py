@@ -22,9 +22,14 @@ def _state_argv(bundle, host_units, unit_glob, target, user, config_dir, state_d
 
 
 def _provision_roles(hardware, runtime=None, driver_enabled=None, toolkit_enabled=None):
+    from ansible.errors import AnsibleFilterError
+
     from glmops.deploystate import provision_roles
 
-    return provision_roles(hardware, runtime, driver_enabled, toolkit_enabled)
+    try:
+        return provision_roles(hardware, runtime, driver_enabled, toolkit_enabled)
+    except LookupError as exc:
+        raise AnsibleFilterError(f"glmops_hardware: {exc}") from exc
 
 
 class FilterModule:

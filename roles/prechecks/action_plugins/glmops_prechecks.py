@@ -30,13 +30,6 @@ from ansible.plugins.action import ActionBase
 _PLAN_CACHE: dict = {}
 
 
-def _inventory_source(task_vars: dict) -> str | None:
-    sources = task_vars.get("ansible_inventory_sources") or []
-    if isinstance(sources, str):
-        sources = [sources]
-    return next((s for s in sources if s and os.path.exists(s)), None)
-
-
 def _deployment_needs(inventory: str, host: str, topology: str | None = None) -> dict:
     """needs_for_deployment of the inventory (``topology``: the run's ``glmops_topology``
     override, as deploy plans it), cached per inventory path, mtime and topology."""
@@ -67,7 +60,9 @@ class ActionModule(ActionBase):
         use_dep = self._task.args.get("deployment", True) and task_vars.get("glmops_model")
         planned = self._task.args.get("deployment_needs")
         if use_dep and not isinstance(planned, dict):
-            inventory = self._task.args.get("inventory") or _inventory_source(task_vars)
+            from glmops.inventory import play_inventory
+
+            inventory = self._task.args.get("inventory") or play_inventory(task_vars)
             planned = None
             if inventory:
                 try:
