@@ -6,8 +6,9 @@ text out) except :func:`write_tree`, which writes ``glmops plan --out DIR``.
 
 Unit conventions (docs/DEVELOPING.md, field cases F07/F08): one unit per service,
 ``PartOf=``/``WantedBy=`` the deployment's target ``glm-<dep>.target``,
-``Restart=on-failure`` with ``StartLimitIntervalSec``/``StartLimitBurst`` in ``[Unit]``,
-``TimeoutStartSec`` sized for the checkpoint, ``LimitMEMLOCK=infinity`` (RDMA
+``Restart=always`` (an engine that stops while it should serve is restarted whatever its exit
+status: vLLM exits 0 after its engine core died, FINDINGS.md) with a start limit that trips for slow
+failures too (:func:`start_limit_interval_s`, field case F32), ``TimeoutStartSec`` sized for the checkpoint, ``LimitMEMLOCK=infinity`` (RDMA
 registration), ``LimitNOFILE``, ``EnvironmentFile=`` the 0600 env file, a dedicated
 ``User=``, hardening without ``PrivateDevices`` so ``/dev/nvidia*`` stays reachable.
 Container runtime: ``docker run --ipc=host --network=host --gpus '"device=..."'
@@ -26,8 +27,11 @@ from glmops.model import CONTROL_CHARS, ENV_NAME, ConfigFile, Deployment, Plan, 
 
 DOCKER = "/usr/bin/docker"
 NOFILE = 1048576
-START_LIMIT_INTERVAL_S = 1800
+#: starts systemd allows within the window (``StartLimitBurst=``); the next start attempt is refused
+#: (``start-limit-hit``), so a unit that always fails is stopped after this many starts (F32: at most 4)
 START_LIMIT_BURST = 3
+#: seconds between a stop and the automatic restart (``RestartSec=``)
+RESTART_SEC = 10
 _SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+\Z")
 _ENV_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./*-]*\Z")
 
@@ -142,8 +146,23 @@ def unit_text(dep: Deployment, svc: Service, plan: Plan | None = None) -> str:
         home=f"{dep.state_dir}/{dep.name}", state_subdir=_state_subdir(dep),
         exec_start=" ".join(systemd_quote(w) for w in exec_argv(dep, svc)),
         docker=DOCKER, timeout_start=checkpoint_timeout_s(dep), nofile=NOFILE,
-        start_limit_interval=START_LIMIT_INTERVAL_S, start_limit_burst=START_LIMIT_BURST,
+        start_limit_interval=start_limit_interval_s(checkpoint_timeout_s(dep)), start_limit_burst=START_LIMIT_BURST,
+        restart_sec=RESTART_SEC,
     )
+
+
+def start_limit_interval_s(timeout_start_s: int, burst: int = START_LIMIT_BURST, restart_sec: int = RESTART_SEC) -> int:
+    """``StartLimitIntervalSec=`` (seconds) for a unit whose start may take up to ``timeout_start_s``.
+
+    systemd counts starts in a fixed window that opens at the first start
+    (src/basic/ratelimit.c: the count resets only once ``interval`` has passed since the
+    window opened) and refuses the start after ``burst`` starts in it. A failure that always
+    comes T seconds after start (T up to ``TimeoutStartSec``) starts the unit every
+    T + ``RestartSec`` seconds, so a window of (burst + 1) x (TimeoutStartSec + RestartSec) still
+    holds the refused start: the unit stops after ``burst`` starts however slow the failure
+    (field case F32; a 1800 s window let a failure after a 30-minute load restart forever).
+    """
+    return (burst + 1) * (int(timeout_start_s) + restart_sec)
 
 
 def _state_subdir(dep: Deployment) -> str:

@@ -256,6 +256,24 @@ def _collect(result: RunResult, event: dict) -> None:
         result.outputs.append({"host": host, "task": task, "res": res})
 
 
+def gate_waiting(host: str, res: dict) -> list[str]:
+    """One line per unit the readiness gate still waits for, from one of its windows (a
+    ``runner_retry`` result of READY_TASK, roles/engine_service/files/glmops_hostctl.py ``ready
+    --window``): ``host unit: waiting 95 s for /health (... answered 503)``."""
+    try:
+        rows = json.loads(res.get("stdout") or "{}").get("services", [])
+    except (ValueError, AttributeError):
+        return []
+    lines = []
+    for row in rows:
+        if row.get("decided", True) or not isinstance(row, dict):
+            continue
+        what, why = row.get("waiting") or "readiness", row.get("reason") or ""
+        detail = f" ({why})" if why and why != what else ""
+        lines.append(f"{host:<16} {row.get('unit', '?')}: waiting {float(row.get('seconds') or 0):.0f} s for {what}{detail}")
+    return lines
+
+
 def _failure_text(res: dict) -> str:
     if res.get("censored"):
         return res["censored"]
@@ -332,6 +350,15 @@ class _Progress:
                 self._play_header()
                 self.console.print(f"--- {data.get('host')}: {data.get('task', '')}", markup=False, highlight=False)
                 self.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+            return
+        if kind == "runner_retry" and data.get("task") == READY_TASK and data.get("host"):
+            for line in gate_waiting(data["host"], data.get("res") or {}):
+                if self.live:
+                    self.rows[data["host"]] = (READY_TASK, line.split(": ", 1)[-1])
+                    self.live.update(self._table())
+                elif not self.quiet:
+                    self._play_header()
+                    self.console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
             return
         if not kind.startswith("runner_on_") or kind == "runner_on_start" or not data.get("host"):
             if kind == "runner_on_start" and data.get("host"):

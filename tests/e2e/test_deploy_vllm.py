@@ -149,7 +149,7 @@ def test_deployed_units_verify_clean(lab, deployed):
         assert res.returncode == 0 and res.stderr.strip() == "", f"{host} {unit}: {res.stderr}"
         show = D.ssh(lab, host, f"systemctl show -p User,LimitMEMLOCK,Restart,PartOf {unit}").stdout
         assert "User=glmops" in show and "LimitMEMLOCK=infinity" in show
-        assert "Restart=on-failure" in show and f"PartOf=glm-{DEP}.target" in show
+        assert "Restart=always" in show and f"PartOf=glm-{DEP}.target" in show
         mode = D.ssh(lab, host, f"stat -c '%a %U' /etc/glmops/{DEP}/{unit[:-len('.service')]}.env").stdout.split()
         assert mode == ["600", "root"], mode
 

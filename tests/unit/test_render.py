@@ -84,7 +84,7 @@ def test_verify_catches_a_broken_unit(tmp_path):
     for svc in p.services:
         fake_exec(svc.argv[0])
     unit = next(u for u in units if u.endswith("prefill-0.service"))
-    Path(unit).write_text(Path(unit).read_text().replace("Restart=on-failure", "Restart=sometimes"))
+    Path(unit).write_text(Path(unit).read_text().replace("Restart=always", "Restart=sometimes"))
     assert verify(units).stderr != ""
 
 
@@ -96,7 +96,7 @@ def test_unit_directives(tmp_path):
     unit_part, service_part = text.split("[Service]")
     assert "PartOf=glm-t.target" in unit_part and "WantedBy=glm-t.target" in text
     assert "StartLimitIntervalSec=" in unit_part and "StartLimitBurst=" in unit_part  # in [Unit]
-    for line in ("Restart=on-failure", "LimitMEMLOCK=infinity", "LimitNOFILE=1048576", "User=glmops",
+    for line in ("Restart=always", "LimitMEMLOCK=infinity", "LimitNOFILE=1048576", "User=glmops",
                  "EnvironmentFile=/etc/glmops/t/glm-t-prefill-0.env", "NoNewPrivileges=yes"):
         assert line in service_part.splitlines(), line
     directives = [x for x in text.splitlines() if not x.startswith("#")]

@@ -23,11 +23,21 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       a successful deploy, see glmops.deploystate), null when missing or not JSON; ``current``:
       the text of --current (the generations' ``current`` file), null when missing.
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
-      -> {"services": [{unit, ready, seconds, time_to_ready, reason, journal}]}
+        [--window W --run ID]
+      -> {"done": bool, "services": [{unit, ready, seconds, time_to_ready_s, reason, journal, first_error,
+                                     waiting, restarts}]}
       readiness gate (F13): the unit is active, its own /health answers 200, then (for
       the --fresh units, the ones just (re)started) a one-token completion to READY_URL
-      answers 200 with a choice. /v1/models never counts. All services are gated in parallel until S seconds; on failure the
-      last 100 journal lines of the unit are returned. Exit 1 when any is not ready.
+      answers 200 with a choice. /v1/models never counts. All services are gated in parallel until S seconds.
+      A unit that cannot become ready by waiting fails at once: failed (its start limit hit included),
+      not loaded, or inactive with no restart pending for INACTIVE_GRACE_S; its reason names the unit's
+      result and last exit ("core-dump, signal ILL", "exited, status 0"). On failure the last 100
+      journal lines of the unit are returned, with ``first_error`` the first line that reads like an error.
+      With --window W the call returns after at most W seconds with ``done`` false and, per unit not
+      yet decided, ``waiting`` (loading | /health | the one-token request) and ``seconds`` waited; the
+      caller calls again with the same --run ID (the gate's start and what it has seen are kept in
+      /run/glmops-gate/ID.json) until ``done``: the playbook's ``until`` loop, whose retries the
+      progress view prints. Exit 1 when done and any is not ready.
   status --service UNIT|HEALTH_URL ...
       -> {"services": [{unit, active, sub, pid, uptime_s, health}]}
 """
@@ -39,6 +49,8 @@ import hashlib
 import json
 import os
 import pwd
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -49,7 +61,13 @@ from fnmatch import fnmatch
 
 UNIT_DIR = "/etc/systemd/system"
 SHOW = ("Id", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts",
-        "ExecMainStartTimestampMonotonic", "LoadState", "Result")
+        "ExecMainStartTimestampMonotonic", "LoadState", "Result", "ExecMainCode", "ExecMainStatus")
+GATE_DIR = "/run/glmops-gate"
+#: a unit inactive (not failed, no restart pending) this long will not come back by itself
+INACTIVE_GRACE_S = 5.0
+#: journal lines that read like the cause of a failure (the first one is picked out)
+ERROR_WORDS = re.compile(r"error|exception|traceback|fatal|panic|illegal instruction|segmentation fault|"
+                         r"core dumped|killed|died|abort|out of memory|oom|code=(killed|dumped)|failed with result", re.IGNORECASE)
 
 
 def unit_show(units: list[str]) -> dict[str, dict[str, str]]:
@@ -251,75 +269,186 @@ def journal(unit: str, lines: int = 100) -> str:
                           capture_output=True, text=True, check=False).stdout
 
 
-def gate(unit: str, health: str, ready: str, model: str, deadline: float, out: dict) -> None:
+def first_error(text: str) -> str:
+    """The first journal line that reads like an error: the engine's own lines first, then
+    systemd's ("Main process exited, code=dumped, status=4/ILL"); "" when none does."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("-- ")]
+    ours = [ln for ln in lines if " systemd[" not in ln]
+    for group in (ours, lines):
+        for line in group:
+            if ERROR_WORDS.search(line):
+                return line.strip()
+    return ""
+
+
+def last_exit(props: dict[str, str]) -> str:
+    """How the unit's main process last ended: "exited, status 0", "killed, signal KILL",
+    "core-dump, signal ILL" (systemctl show ExecMainCode: 1 exited, 2 killed, 3 dumped); "" if
+    it has not ended."""
+    code, status = props.get("ExecMainCode", "0"), props.get("ExecMainStatus", "0")
+    if code not in ("1", "2", "3"):
+        return ""
+    if code == "1":
+        return f"exited, status {status}"
+    try:
+        name = signal.Signals(int(status)).name.removeprefix("SIG")
+    except ValueError:
+        name = status
+    return f"{'killed' if code == '2' else 'core-dump'}, signal {name}"
+
+
+def unit_verdict(unit: str, props: dict[str, str], seen: dict) -> tuple[str, str]:
+    """("", waiting) while the unit may still come up, or (reason, "") when waiting cannot help:
+    not loaded, failed (a start limit hit included), or inactive with no restart pending for
+    INACTIVE_GRACE_S. ``seen`` keeps what earlier looks saw (since when it is inactive)."""
+    state, sub = props.get("ActiveState", ""), props.get("SubState", "")
+    restarts = int(props.get("NRestarts") or 0)
+    ended = last_exit(props)
+    history = f"{restarts} restart{'s' if restarts != 1 else ''}" + (f", last exit: {ended}" if ended else "")
+    if props.get("LoadState") == "not-found":
+        return f"{unit} is not loaded (no unit file)", ""
+    if state == "failed":
+        return f"{unit} is failed (result {props.get('Result', '?')}; {history})", ""
+    if state == "inactive" and sub == "dead":
+        first = seen.setdefault("inactive_since", time.time())
+        if time.time() - first >= INACTIVE_GRACE_S:
+            return (f"{unit} is inactive with no restart pending (result {props.get('Result', '?')}; {history})", "")
+        return "", f"unit inactive ({history})"
+    seen.pop("inactive_since", None)
+    if state != "active":
+        return "", f"unit {state}/{sub} ({history})"
+    return "", ""
+
+
+def gate(unit: str, health: str, ready: str, model: str, times: tuple[float, float, float], out: dict,
+         seen: dict, stop: threading.Event) -> None:
+    """Gate one unit until it is ready, cannot become ready, the gate's deadline passes, another
+    unit failed (``stop`` set: this one stays undecided), or this call's window ends
+    (``out["decided"]`` stays False). ``times``: (gate start, deadline, window end), epoch s."""
+    start, deadline, until = times
     reason = "not checked"
-    first_404 = None
-    while True:
+    waiting = "loading"
+    decided = False
+    while not stop.is_set():
         props = unit_show([unit])[unit]
-        state, sub = props.get("ActiveState"), props.get("SubState")
-        if state == "failed" or props.get("LoadState") == "not-found":
-            reason = f"unit is {state}/{sub} (result {props.get('Result', '?')}, {props.get('NRestarts', '0')} restarts)"
+        verdict, loading = unit_verdict(unit, props, seen)
+        if verdict:
+            reason, decided = verdict, True
             break
-        if state == "active":
+        if not loading:  # active
             status, _ = http(health, timeout=3) if health else (200, b"")
             if status != 200:
+                waiting = "/health"
                 reason = f"{health} answered {status if status > 0 else 'nothing (connection refused or timeout)'}"
             elif ready:
+                waiting = "the one-token request"
                 try:
                     ok, reason = one_token(ready, model, timeout=max(5.0, min(60.0, deadline - time.time())))
                 except Refused as exc:
                     reason = str(exc)
                     if exc.status != 404:
+                        decided = True
                         break
-                    first_404 = first_404 or time.time()
-                    if time.time() - first_404 >= NOT_FOUND_GRACE_S:
+                    seen["first_404"] = seen.get("first_404") or time.time()
+                    if time.time() - seen["first_404"] >= NOT_FOUND_GRACE_S:
+                        decided = True
                         break
                     ok = False
                 if ok:
+                    reason, decided = "", True
                     break
             else:
-                reason = ""
+                reason, decided = "", True
                 break
         else:
-            reason = f"unit is {state}/{sub}"
+            waiting, reason = "loading", loading
         if time.time() >= deadline:
+            decided = True
             break
-        time.sleep(1.0)
+        if time.time() >= until:
+            break
+        stop.wait(1.0)
+    if decided and reason:
+        stop.set()  # fail fast: the deploy fails on this unit, whatever the others do
     props = unit_show([unit])[unit]
     started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
-    out.update(unit=unit, ready=not reason or reason == "", reason=reason,
+    if decided:
+        out["seconds"] = round(time.time() - start, 1)
+    elif stop.is_set():
+        reason = f"still waiting for {waiting or 'readiness'} when the gate stopped on another unit's failure"
+    out.update(unit=unit, ready=decided and not reason, reason=reason, decided=decided,
+               waiting="" if decided else waiting, restarts=int(props.get("NRestarts") or 0),
                pid=int(props.get("MainPID") or 0),
                uptime_s=round(time.monotonic() - started, 1) if started else None)
-    if out["ready"]:
-        out["reason"] = ""
-    else:
+    if decided and reason:
         out["journal"] = journal(unit)
+        out["first_error"] = first_error(out["journal"])
+
+
+def _gate_state(run: str) -> tuple[str, dict]:
+    """(path, state) of gate run ``run``: {"start": epoch s, "units": {unit: {...}}}."""
+    if not run:
+        return "", {"start": time.time(), "units": {}}
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run)[:100]
+    path = os.path.join(GATE_DIR, f"{safe}.json")
+    state = read_json(path)
+    if not isinstance(state, dict) or not isinstance(state.get("units"), dict):
+        state = {"start": time.time(), "units": {}}
+    return path, state
+
+
+def _save_gate_state(path: str, state: dict) -> None:
+    if not path:
+        return
+    os.makedirs(GATE_DIR, mode=0o700, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(state, fh)
+    os.replace(tmp, path)
 
 
 def cmd_ready(args) -> int:
-    start = time.time()
+    path, state = _gate_state(args.run)
+    start = float(state["start"])
     deadline = start + args.timeout
+    now = time.time()
+    until = min(deadline, now + args.window) if args.window else deadline
     results: list[dict] = []
     threads = []
+    stop = threading.Event()
     for spec in args.service:
         unit, health, ready = (spec.split("|") + ["", ""])[:3]
+        kept = state["units"].setdefault(unit, {})
+        if kept.get("result"):  # decided in an earlier window
+            results.append(kept["result"])
+            continue
         res: dict = {"unit": unit}
         results.append(res)
         # a service left running (not --fresh) proved its one-token request when it started:
         # its own /health is enough; the endpoint check after the router covers serving
         one = ready if unit in args.fresh else ""
-        th = threading.Thread(target=gate, args=(unit, health, one, args.model, deadline, res))
+        th = threading.Thread(target=gate, args=(unit, health, one, args.model, (start, deadline, until),
+                                                 res, kept, stop))
         th.start()
         threads.append(th)
     for th in threads:
         th.join()
+    done = stop.is_set() or all(r.get("decided", True) for r in results)
     for res in results:
         res["fresh"] = res["unit"] in args.fresh
-        res["seconds"] = round(time.time() - start, 1)
+        if "seconds" not in res:
+            res["seconds"] = round(time.time() - start, 1)
         if res["fresh"] and res.get("uptime_s") is not None and res["ready"]:
             res["time_to_ready_s"] = res["uptime_s"]
-    print(json.dumps({"services": results}))
-    return 0 if all(r["ready"] for r in results) else 1
+        if res.get("decided"):
+            state["units"][res["unit"]]["result"] = res
+    if done:
+        if path and os.path.exists(path):
+            os.unlink(path)
+    else:
+        _save_gate_state(path, state)
+    print(json.dumps({"done": done, "services": results}))
+    return 0 if not done or all(r["ready"] for r in results) else 1
 
 
 def cmd_status(args) -> int:
@@ -360,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     rd.add_argument("--model", default="")
     rd.add_argument("--service", nargs="+", required=True)
     rd.add_argument("--fresh", nargs="*", default=[])
+    rd.add_argument("--window", type=float, default=0.0, help="return after this many seconds (0: until done)")
+    rd.add_argument("--run", default="", help="gate run id: where calls of one gate keep its start and state")
     ss = sub.add_parser("status")
     ss.add_argument("--service", nargs="+", required=True)
     args = ap.parse_args(argv)
