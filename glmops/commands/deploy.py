@@ -160,6 +160,12 @@ def status(inventory, topology, as_json):
                           f"{r['uptime_s']:.0f} s" if r["uptime_s"] is not None else "-",
                           ",".join(map(str, r["gpus"])) or "-", r["url"])
         console.print(table)
+        for r in rows:
+            if r["journal"]:
+                console.print(f"--- {r['unit']} on {r['host']}: {r['state']}", markup=False, highlight=False)
+                if r["first_error"]:
+                    console.print(f"first error: {r['first_error']}", markup=False, highlight=False, soft_wrap=True)
+                console.print(r["journal"].rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
         for failure in result.failures:
             console.print(f"failed {failure}", markup=False)
         console.print(f"endpoint: {plan['endpoint_url']}")
@@ -174,8 +180,10 @@ def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
     for svc in plan["services"]:
         got = seen.get((svc["host"], svc["unit"]))
         host_state = result.hosts.get(svc["host"])
-        if got:  # active, or e.g. activating/auto-restart, failed/failed
+        if got:  # active, or e.g. activating/auto-restart, failed/failed (start-limit-hit; ...)
             state = got["active"] if got["active"] == "active" else f"{got['active']}/{got['sub']}"
+            if got["active"] == "failed":
+                state += f" ({'; '.join(x for x in (got.get('result'), got.get('last_exit')) if x)})"
         else:
             state = host_state.state if host_state and host_state.state != "ok" else "unknown"
         rows.append({
@@ -186,6 +194,8 @@ def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
             "health": got["health"] if got else None,
             "uptime_s": got["uptime_s"] if got else None,
             "gpus": svc["gpus"], "url": svc["url"],
+            "first_error": got.get("first_error", "") if got else "",
+            "journal": got.get("journal", "") if got else "",
         })
     return rows
 

@@ -39,7 +39,8 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       /run/glmops-gate/ID.json) until ``done``: the playbook's ``until`` loop, whose retries the
       progress view prints. Exit 1 when done and any is not ready.
   status --service UNIT|HEALTH_URL ...
-      -> {"services": [{unit, active, sub, pid, uptime_s, health}]}
+      -> {"services": [{unit, active, sub, pid, uptime_s, health, result, last_exit[, journal, first_error]}]}
+      a failed unit (its start limit hit included) comes with its last 20 journal lines
 """
 from __future__ import annotations
 
@@ -465,7 +466,10 @@ def cmd_status(args) -> int:
                      "restarts": int(props.get("NRestarts") or 0),
                      "uptime_s": round(time.monotonic() - started, 1)
                      if started and props.get("ActiveState") == "active" else None,
-                     "health": status})
+                     "health": status, "result": props.get("Result", ""), "last_exit": last_exit(props)})
+        if props.get("ActiveState") == "failed":  # F32: say why, with the journal's tail
+            tail = journal(unit, 20)
+            rows[-1].update(journal=tail, first_error=first_error(tail))
     print(json.dumps({"services": rows}))
     return 0
 
