@@ -182,8 +182,8 @@ def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
         host_state = result.hosts.get(svc["host"])
         if got:  # active, or e.g. activating/auto-restart, failed/failed (start-limit-hit; ...)
             state = got["active"] if got["active"] == "active" else f"{got['active']}/{got['sub']}"
-            if got["active"] == "failed":
-                state += f" ({'; '.join(x for x in (got.get('result'), got.get('last_exit')) if x)})"
+            if got.get("failure"):
+                state += f" ({got['failure']})"
         else:
             state = host_state.state if host_state and host_state.state != "ok" else "unknown"
         rows.append({

@@ -39,7 +39,7 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       /run/glmops-gate/ID.json) until ``done``: the playbook's ``until`` loop, whose retries the
       progress view prints. Exit 1 when done and any is not ready.
   status --service UNIT|HEALTH_URL ...
-      -> {"services": [{unit, active, sub, pid, uptime_s, health, result, last_exit[, journal, first_error]}]}
+      -> {"services": [{unit, active, sub, pid, uptime_s, health[, failure, journal, first_error]}]}
       a failed unit (its start limit hit included) comes with its last 20 journal lines
 """
 from __future__ import annotations
@@ -62,7 +62,8 @@ from fnmatch import fnmatch
 
 UNIT_DIR = "/etc/systemd/system"
 SHOW = ("Id", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts",
-        "ExecMainStartTimestampMonotonic", "LoadState", "Result", "ExecMainCode", "ExecMainStatus")
+        "ExecMainStartTimestampMonotonic", "LoadState", "Result", "ExecMainCode", "ExecMainStatus",
+        "StartLimitBurst")
 GATE_DIR = "/run/glmops-gate"
 #: a unit inactive (not failed, no restart pending) this long will not come back by itself
 INACTIVE_GRACE_S = 5.0
@@ -298,6 +299,26 @@ def last_exit(props: dict[str, str]) -> str:
     return f"{'killed' if code == '2' else 'core-dump'}, signal {name}"
 
 
+def failure_summary(props: dict[str, str]) -> str:
+    """"result signal; start limit hit after 3 starts; last exit: killed, signal ILL" for a failed
+    unit. systemd 252 keeps the last failure's Result (``signal``, ``exit-code``) when it refuses an
+    automatic restart ("Start request repeated too quickly"), and says ``start-limit-hit`` only for
+    a refused manual start: a failed unit whose restart counter (NRestarts, counted when a restart
+    is scheduled: the refused one included) reached StartLimitBurst has hit its start limit after
+    that many starts."""
+    restarts = int(props.get("NRestarts") or 0)
+    burst = int(props.get("StartLimitBurst") or 0)
+    parts = [f"result {props.get('Result', '?')}"]
+    if props.get("Result") == "start-limit-hit" or (burst and restarts >= burst):
+        parts.append(f"start limit hit after {max(restarts, 1)} starts")
+    else:
+        parts.append(f"{restarts} restart{'s' if restarts != 1 else ''}")
+    ended = last_exit(props)
+    if ended:
+        parts.append(f"last exit: {ended}")
+    return "; ".join(parts)
+
+
 def unit_verdict(unit: str, props: dict[str, str], seen: dict) -> tuple[str, str]:
     """("", waiting) while the unit may still come up, or (reason, "") when waiting cannot help:
     not loaded, failed (a start limit hit included), or inactive with no restart pending for
@@ -309,7 +330,7 @@ def unit_verdict(unit: str, props: dict[str, str], seen: dict) -> tuple[str, str
     if props.get("LoadState") == "not-found":
         return f"{unit} is not loaded (no unit file)", ""
     if state == "failed":
-        return f"{unit} is failed (result {props.get('Result', '?')}; {history})", ""
+        return f"{unit} is failed ({failure_summary(props)})", ""
     if state == "inactive" and sub == "dead":
         first = seen.setdefault("inactive_since", time.time())
         if time.time() - first >= INACTIVE_GRACE_S:
@@ -466,10 +487,10 @@ def cmd_status(args) -> int:
                      "restarts": int(props.get("NRestarts") or 0),
                      "uptime_s": round(time.monotonic() - started, 1)
                      if started and props.get("ActiveState") == "active" else None,
-                     "health": status, "result": props.get("Result", ""), "last_exit": last_exit(props)})
+                     "health": status})
         if props.get("ActiveState") == "failed":  # F32: say why, with the journal's tail
             tail = journal(unit, 20)
-            rows[-1].update(journal=tail, first_error=first_error(tail))
+            rows[-1].update(failure=failure_summary(props), journal=tail, first_error=first_error(tail))
     print(json.dumps({"services": rows}))
     return 0
 
