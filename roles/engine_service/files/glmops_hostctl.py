@@ -24,8 +24,8 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       the text of --current (the generations' ``current`` file), null when missing.
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
         [--window W --run ID]
-      -> {"done": bool, "services": [{unit, ready, seconds, time_to_ready_s, reason, journal, first_error,
-                                     waiting, restarts}]}
+      -> {"done": bool, "services": [{unit, ready, seconds, decided_at, time_to_ready_s, reason, journal,
+                                     first_error, waiting, restarts}]}
       readiness gate (F13): the unit is active, its own /health answers 200, then (for
       the --fresh units, the ones just (re)started) a one-token completion to READY_URL
       answers 200 with a choice. /v1/models never counts. All services are gated in parallel until S seconds.
@@ -396,6 +396,7 @@ def gate(unit: str, health: str, ready: str, model: str, times: tuple[float, flo
     started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
     if decided:
         out["seconds"] = round(time.time() - start, 1)
+        out["decided_at"] = round(time.time(), 3)  # epoch s: when the gate knew
     elif stop.is_set():
         reason = f"still waiting for {waiting or 'readiness'} when the gate stopped on another unit's failure"
     out.update(unit=unit, ready=decided and not reason, reason=reason, decided=decided,
