@@ -15,9 +15,9 @@ DEFAULT_OUT = ".glmops/bench"
 
 
 def _fail(problems: list[str], code: int = 2) -> None:
-    from rich.console import Console
+    from glmops.output import console as make_console
 
-    err = Console(stderr=True, highlight=False)
+    err = make_console(stderr=True)
     err.print(f"{len(problems)} problem(s); nothing run:" if code == 2 else "bench failed:")
     for p in problems:
         err.print(f"  {p}", markup=False)
@@ -59,11 +59,11 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
         return
     from dataclasses import replace
 
-    from rich.console import Console
+    from glmops.output import console as make_console
 
     from glmops import bench as b
 
-    console = Console(highlight=False, stderr=False)
+    console = make_console()
     problems: list[str] = []
     cfg = replace(b.QUICK) if quick else b.SweepConfig()
     try:

@@ -11,11 +11,11 @@ import sys
 import time
 
 import click
-from rich.console import Console
 
 from glmops.lab.spec import DEFAULT_NAME, DEFAULT_SUBNET, PROFILES, Bind, default_binds
+from glmops.output import console as make_console
 
-err = Console(stderr=True, highlight=False)
+err = make_console(stderr=True)
 
 
 def _problems(exc) -> None:
@@ -120,7 +120,7 @@ def status(name: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     for lab_ in labs:
-        out = Console(highlight=False)
+        out = make_console()
         out.print(f"[bold]lab {lab_['name']}[/bold] ({lab_['profile']}, {lab_['subnet']}, bridge {lab_['bridge']}, "
                   f"supervisor {'running' if lab_['supervisor_alive'] else '[red]gone[/red]'})")
         t = Table()
