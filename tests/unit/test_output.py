@@ -222,9 +222,14 @@ def test_pip_progress_reads_packages_done_and_the_package_in_hand(tmp_path):
     got = mod.progress(str(venv), str(venv / "glmops-requirements.txt"), str(log), str(job))
     assert (got["phase"], got["packages_done"], got["packages_total"], got["current"]) == ("installing", 1, 3, "torch")
     assert re.fullmatch(r"installing 1/3 packages, now torch \(3\d s\)", got["msg"]), got
+    (site / "torch-2.9.0+cpu.dist-info" / "RECORD").write_text("")
+    (site / "vllm-0.32.0.dist-info").mkdir()
+    (site / "vllm-0.32.0.dist-info" / "RECORD").write_text("")
+    got = mod.progress(str(venv), str(venv / "glmops-requirements.txt"), str(log), str(job))
+    assert re.fullmatch(r"installing 3/3 packages, finishing \(3\d s\)", got["msg"]), got
     job.write_text(json.dumps({"finished": 1, "rc": 0, "changed": True}))
     got = mod.progress(str(venv), str(venv / "glmops-requirements.txt"), str(log), str(job))
-    assert got["finished"] and got["phase"] == "finished" and got["msg"] == "pip finished: 1/3 packages installed"
+    assert got["finished"] and got["phase"] == "finished" and got["msg"] == "pip finished: 3/3 packages installed"
 
 
 SITECUSTOMIZE = textwrap.dedent('''

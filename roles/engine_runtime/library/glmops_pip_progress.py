@@ -145,8 +145,9 @@ def progress(venv: str, requirements: str | None = None, log: str | None = None,
         out.update(phase="finished", current="", msg=f"pip finished: {len(done)}/{len(wanted)} packages installed")
     elif collected:
         current = next((n for n in collected if n not in installed), "")
+        now = f"now {current}" if current else "finishing"  # all installed: pip compiles, writes its report
         out.update(phase="installing", current=current,
-                   msg=f"installing {len(done)}/{len(wanted)} packages, now {current or '-'}{took}")
+                   msg=f"installing {len(done)}/{len(wanted)} packages, {now}{took}")
     else:
         out.update(phase="collecting", current=step,
                    msg=f"collecting {len(wanted)} packages, now {step or '-'}{took}")
