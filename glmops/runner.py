@@ -444,8 +444,8 @@ class _Progress:
 def print_summary(result: RunResult, console: Console, plan: dict | None = None) -> None:
     """The per-host table (host, service, state, time-to-ready), failures, endpoint, artifacts.
 
-    An ok run: the table, ``endpoint: URL (model M)`` when the run's endpoint check answered
-    (``RunResult.endpoint_answered``), then ``changed: N   run artifacts: DIR``. A failed run
+    An ok run: the table, ``endpoint: URL (model M)`` when the endpoint answered in this run
+    (:func:`endpoint_answered`), then ``changed: N   run artifacts: DIR``. A failed run
     ends with its failure summary: ``changed``/artifacts first, then every failure message
     (journal tails), then the table (state ``FAILED at <task>: <first line>`` per failed host);
     never an endpoint line. The exit status line is :func:`finish`'s."""
@@ -482,7 +482,7 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
     artifacts = f"changed: {result.changed}   run artifacts: {result.artifacts}"
     if result.ok:
         console.print(table)
-        if plan and plan.get("endpoint_url") and result.endpoint_answered:
+        if plan and plan.get("endpoint_url") and endpoint_answered(result, plan):
             console.print(f"endpoint: {plan['endpoint_url']}  (model {plan.get('served_model_name', '')})",
                           highlight=False, markup=False, soft_wrap=True)
         console.print(artifacts, highlight=False, markup=False, soft_wrap=True)
@@ -491,6 +491,19 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
     for failure in result.failures:  # journal tails hold "[...]": no markup, no re-wrapping
         console.print(Text("failed ", style="red") + Text(failure), highlight=False, soft_wrap=True)
     console.print(table)
+
+
+def endpoint_answered(result: RunResult, plan: dict | None) -> bool:
+    """True when this run saw the endpoint answer: its endpoint check (``ENDPOINT_TASK``) passed,
+    or this run's readiness gate (``READY_TASK``) passed the front door whose one-token URL is the
+    endpoint's (``glmops restart`` gates the router that way and has no separate check)."""
+    if result.endpoint_answered:
+        return True
+    ready_url = (plan or {}).get("endpoint_ready_url")
+    doors = {(s.get("host"), s.get("unit")) for s in (plan or {}).get("services", [])
+             if ready_url and s.get("ready_url") == ready_url}
+    return any(s.get("ready") and s.get("task") == READY_TASK and (s.get("host"), s.get("unit")) in doors
+               for s in result.services)
 
 
 def exit_line(result: RunResult | None, rc: int, why: str = "", verb: str = "") -> str:

@@ -205,7 +205,7 @@ def _select(plan: dict, service: str | None) -> list[dict]:
     if not picked:
         names = ", ".join(s["name"] for s in plan["services"])
         make_console(stderr=True).print(f"service {service!r} is not in the Plan; accepted: {names}, a role or a host",
-                                   markup=False)
+                                        markup=False)
         sys.exit(2)
     return picked
 

@@ -292,3 +292,27 @@ def test_install_heartbeat_through_the_real_role_and_runner(tmp_path, monkeypatc
     assert "Installing collected packages: engine, engine-dep" in (venv / "glmops-pip.log").read_text() or \
         "Installing collected packages: engine-dep, engine" in (venv / "glmops-pip.log").read_text()
     assert json.loads((venv / ".glmops-runtime.json").read_text())["want"]["wheelhouse_key"] == "k1"
+
+
+def test_restart_prints_the_endpoint_when_its_gate_passed_the_front_door():
+    """glmops restart has no separate endpoint check: the gate's one-token request to the front
+    door whose ready URL is the endpoint's counts; a worker's ready row or the read's does not."""
+    plan = {"endpoint_url": "http://10.77.0.13:8000", "served_model_name": "tiny-llama",
+            "endpoint_ready_url": "http://10.77.0.13:8000/v1/completions",
+            "services": [{"host": "lab-3", "unit": "glm-lab-router.service",
+                          "ready_url": "http://10.77.0.13:8000/v1/completions"},
+                         {"host": "lab-1", "unit": "glm-lab-prefill-0.service",
+                          "ready_url": "http://10.77.0.11:8001/v1/completions"}]}
+
+    def printed(rows: list[dict]) -> bool:
+        result = runner.RunResult(verb="restart", rc=0, status="successful", artifacts=Path("/r"), seconds=1.0)
+        for host, unit, task in rows:
+            runner._collect(result, {"event": "runner_on_ok", "event_data": {"host": host, "task": task, "res": {
+                "stdout": json.dumps({"services": [{"unit": unit, "ready": True}]})}}})
+        console = Console(record=True, width=400, file=io.StringIO())
+        runner.print_summary(result, console, plan)
+        return "endpoint: http://10.77.0.13:8000  (model tiny-llama)" in console.export_text()
+
+    assert printed([("lab-3", "glm-lab-router.service", runner.READY_TASK)])
+    assert not printed([("lab-1", "glm-lab-prefill-0.service", runner.READY_TASK)])
+    assert not printed([("lab-3", "glm-lab-router.service", runner.STATE_TASK)])  # the read: not this run's answer
