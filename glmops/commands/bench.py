@@ -151,13 +151,15 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
                   f"ISL {cfg.isl} / OSL {cfg.osl}, {cfg.multi_round} rounds, client aiperf {version} on {host}, "
                   f"{target.gpus} {target.gpu_basis}(s), tokenizer {target.tokenizer}")
 
+    from glmops.output import stamp
+
     def progress(i, n, c, point):
         if point is None:
-            console.print(f"[{i}/{n}] concurrency {c}: {cfg.num_prompts(c)} requests ...")
+            console.print(f"{stamp()} [{i}/{n}] concurrency {c}: {cfg.num_prompts(c)} requests ...")
         elif "error" in point:
-            console.print(f"[{i}/{n}] concurrency {c}: [red]failed[/]: {point['error']}")
+            console.print(f"{stamp()} [{i}/{n}] concurrency {c}: [red]failed[/]: {point['error']}")
         else:
-            console.print(f"[{i}/{n}] concurrency {c}: {point['output_tok_s']:,.1f} output tok/s, "
+            console.print(f"{stamp()} [{i}/{n}] concurrency {c}: {point['output_tok_s']:,.1f} output tok/s, "
                           f"TTFT P50 {point['ttft_ms_p50'] or 0:,.1f} ms, "
                           f"{point['completed']}/{point['num_prompts']} completed")
 

@@ -14,6 +14,7 @@ import click
 
 from glmops.lab.spec import DEFAULT_NAME, DEFAULT_SUBNET, PROFILES, Bind, default_binds
 from glmops.output import console as make_console
+from glmops.output import stamp
 
 err = make_console(stderr=True)
 
@@ -80,7 +81,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
         if profile == "cpu" and not core.root_problem():
             # the serving kit inventories/lab deploys from (glmops/lab/kit.py), cached
             with err.status("lab: wheel sets and the lab model (cached after the first time)", spinner="dots"):
-                kit_binds = kit.prepare(name, log=lambda m: err.print(f"[dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+                kit_binds = kit.prepare(name, log=lambda m: err.print(f"{stamp()} [dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
         else:
             kit_binds = []
         defaults = default_binds() + kit_binds
@@ -89,7 +90,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
         with err.status(f"lab {name}: booting {count} host(s)", spinner="dots"):
             st = core.up(name=name, hosts=count, profile=profile, subnet=subnet, binds=parsed,
                          keep_on_failure=keep_on_failure, boot_timeout=timeout,
-                         log=lambda m: err.print(f"[dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+                         log=lambda m: err.print(f"{stamp()} [dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
     except core.LabError as exc:
         if not shared_existed and not lab_spec.state_dir(name).exists():
             # refused before any host existed: the kit's shared dir made above goes too
