@@ -5,7 +5,15 @@ repository's ``ansible.cfg``, streams the events into a progress view (one line 
 host and step, or a live table on a terminal), and returns a :class:`RunResult`
 with per-host stats, per-service readiness (from the ``glmops_hostctl.py`` gate and
 status outputs) and every failure message. ``print_summary`` prints the per-host
-summary table (host, service, state, time-to-ready) and the endpoint URL.
+summary table (host, service, state, time-to-ready) and the endpoint URL (only when the
+run's one-token request through the endpoint answered); on a failed run the failures and
+the table come last. ``finish`` prints the exit status line and exits: a failed run ends
+with its failure summary and ``exit 1: ...``, never with ``changed: N`` or the endpoint.
+
+Progress lines (plain output, not a terminal) start with the time (``HH:MM:SS``,
+``glmops.output.stamp``); a task that polls (``until``/``retries``, e.g. the engine runtime's
+"Install progress" or the readiness gate) prints one line per retry event with its
+result's ``msg`` (or the last line of its stdout), see ``_Progress.retry``.
 
 The plan play (playbooks/plays/plan.yml) writes the Plan's secret-free summary into the
 run dir (``plan-summary.json``, extra var ``glmops_plan_summary``); it becomes
@@ -28,11 +36,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from glmops.output import console as make_console
+from glmops.output import stamp
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"
@@ -49,6 +60,9 @@ STATE_TASK = "Read this deployment's files and units on the host"
 READ_TASK = "Read each host once (prechecks, runtimes, units, health, last deploy)"
 OUTPUT_TASKS = ("Journal lines",)  # their stdout is shown by the CLI (glmops logs)
 PLAN_TASK = "Validate and plan"  # playbooks/plays/plan.yml (glmops_plan on localhost)
+# playbooks/plays/services.yml, upgrade.yml, rollback.yml: the request from the controller;
+# only its ok result lets the summary print the endpoint line
+ENDPOINT_TASK = "One-token request through the endpoint"
 PLAN_SUMMARY = "plan-summary.json"
 
 
@@ -60,6 +74,7 @@ class HostStats:
     unreachable: int = 0
     skipped: int = 0
     last_task: str = ""
+    failed_task: str = ""  # the task that failed or found the host unreachable
     messages: list[str] = field(default_factory=list)
 
     @property
@@ -89,6 +104,9 @@ class RunResult:
     plan: dict[str, Any] | None = None
     # the plan play refused the inventory: its message, one problem per line after the first
     plan_problems: str = ""
+    # the endpoint check (ENDPOINT_TASK) answered in this run; its msg
+    endpoint_answered: bool = False
+    endpoint_msg: str = ""
 
     @property
     def changed(self) -> int:
@@ -123,7 +141,7 @@ def run(
     """
     import ansible_runner
 
-    console = console or Console(stderr=False)
+    console = console or make_console()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     rundir = runs_dir() / f"{stamp}-{verb}"
     rundir.mkdir(parents=True, exist_ok=True)
@@ -233,14 +251,19 @@ def _collect(result: RunResult, event: dict) -> None:
         if task == PLAN_TASK and host == "localhost":
             result.plan_problems = msg
         stats.messages.append(msg)
+        stats.failed_task = stats.failed_task or task
         result.failures.append(f"{host}: {task}: {msg}")
     elif kind == "runner_on_unreachable":
         stats.unreachable += 1
         msg = res.get("msg", "unreachable")
         stats.messages.append(msg)
+        stats.failed_task = stats.failed_task or task
         result.failures.append(f"{host}: UNREACHABLE: {msg}")
     elif kind == "runner_on_skipped":
         stats.skipped += 1
+    if task == ENDPOINT_TASK and kind == "runner_on_ok" and not res.get("skipped"):
+        result.endpoint_answered = True
+        result.endpoint_msg = str(res.get("msg") or "")
     if task in (READY_TASK, STATUS_TASK, STATE_TASK, READ_TASK) and res.get("stdout"):
         try:
             rows = json.loads(res["stdout"]).get("services", [])
@@ -309,20 +332,41 @@ def diff_text(res: dict) -> str:
 #: role argument checks Ansible adds per role and host: shown only when they fail
 _ARGSPEC_TASK = "Validating arguments against arg spec"
 
+#: tasks whose retry events another printer shows (glmops download's ProgressPrinter)
+RETRY_SILENT: set[str] = {"Download progress"}
+#: per task, the least seconds between two printed retry lines of one host (default: every retry;
+#: the task's ``delay`` sets the pace)
+RETRY_EVERY_S: dict[str, float] = {}
+
+
+def retry_text(res: dict) -> str:
+    """What one retry of a polling task says: its result's ``msg`` (first line), else the last
+    line of its stdout, else ``attempt N of M``."""
+    for text in (str(res.get("msg") or "").strip().splitlines()[:1],
+                 str(res.get("stdout") or "").strip().splitlines()[-1:]):
+        if text and text[0].strip():
+            return text[0].strip()
+    if res.get("attempts"):
+        return f"attempt {res['attempts']} of {res.get('retries', '?')}"
+    return "waiting"
+
 
 class _Progress:
     """Per host and step: a line per task result (plain output), or a live table on a TTY.
-    A play header is printed with its first shown result (plays with nothing to do stay
-    silent); with ``diff`` the file diffs of ``--diff`` are printed under their task."""
+    Every plain line starts with the time (``HH:MM:SS``). A play header is printed with its
+    first shown result (plays with nothing to do stay silent); with ``diff`` the file diffs of
+    ``--diff`` are printed under their task; a retry event of a polling task (``until``) is a
+    line ``waiting: <retry_text>`` (:meth:`retry`)."""
 
     def __init__(self, console: Console, quiet: bool, diff: bool = False):
         self.console = console
         self.quiet = quiet
         self.diff = diff
         self.live = None
-        self.rows: dict[str, tuple[str, str]] = {}
+        self.rows: dict[str, tuple[str, str, str]] = {}
         self.play = ""
         self.play_shown = True
+        self.retried: dict[tuple[str, str], float] = {}
         if console.is_terminal and not quiet:
             from rich.live import Live
 
@@ -331,12 +375,23 @@ class _Progress:
 
     def _table(self) -> Table:
         table = Table(title=self.play or "glmops", expand=False)
+        table.add_column("time")
         table.add_column("host")
         table.add_column("step")
         table.add_column("result")
-        for host, (task, state) in sorted(self.rows.items()):
-            table.add_row(host, task, state)
+        for host, (task, state, at) in sorted(self.rows.items()):
+            table.add_row(at, host, task, state)
         return table
+
+    def _line(self, host: str, task: str, state: str) -> None:
+        self._play_header()
+        self.console.print(f"{stamp()}   {host:<16} {task:<70} {state}", highlight=False, markup=False,
+                           soft_wrap=True)
+
+    def _row(self, host: str, task: str, state: str) -> None:
+        self.rows[host] = (task, state, stamp())
+        if self.live:
+            self.live.update(self._table())
 
     def event(self, event: dict, result: RunResult) -> None:
         kind = event.get("event", "")
@@ -348,23 +403,16 @@ class _Progress:
             text = diff_text(data) if self.diff else ""
             if text and not self.quiet:
                 self._play_header()
-                self.console.print(f"--- {data.get('host')}: {data.get('task', '')}", markup=False, highlight=False)
+                self.console.print(f"{stamp()} --- {data.get('host')}: {data.get('task', '')}", markup=False,
+                                   highlight=False, soft_wrap=True)
                 self.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
             return
-        if kind == "runner_retry" and data.get("task") == READY_TASK and data.get("host"):
-            for line in gate_waiting(data["host"], data.get("res") or {}):
-                if self.live:
-                    self.rows[data["host"]] = (READY_TASK, line.split(": ", 1)[-1])
-                    self.live.update(self._table())
-                elif not self.quiet:
-                    self._play_header()
-                    self.console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+        if kind == "runner_retry" and data.get("host"):
+            self.retry(data)
             return
         if not kind.startswith("runner_on_") or kind == "runner_on_start" or not data.get("host"):
             if kind == "runner_on_start" and data.get("host"):
-                self.rows[data["host"]] = (data.get("task", ""), "running")
-                if self.live:
-                    self.live.update(self._table())
+                self._row(data["host"], data.get("task", ""), "running")
             return
         res = data.get("res") or {}
         state = {
@@ -377,19 +425,41 @@ class _Progress:
             state = "failed (ignored)"
         if data.get("task") == READ_TASK and kind == "runner_on_ok" and res.get("msg"):
             state = f"ok: {res['msg']}"
-        self.rows[data["host"]] = (data.get("task", ""), state)
-        if self.live:
-            self.live.update(self._table())
-        elif (not self.quiet and state != "skipped"
-              and not (data.get("task", "").startswith(_ARGSPEC_TASK) and state == "ok")):
-            self._play_header()
-            self.console.print(f"  {data['host']:<16} {data.get('task', ''):<70} {state}", highlight=False,
-                               markup=False, soft_wrap=True)
+        self._row(data["host"], data.get("task", ""), state)
+        if (not self.live and not self.quiet and state != "skipped"
+                and not (data.get("task", "").startswith(_ARGSPEC_TASK) and state == "ok")):
+            self._line(data["host"], data.get("task", ""), state)
+
+    def retry(self, data: dict) -> None:
+        """One retry of a polling task on a host (ansible-runner's ``runner_retry`` event: the
+        result of the attempt in ``res``, with ``attempts`` and ``retries``): a line (or the live
+        row) ``waiting: <retry_text(res)>``, at most one per ``RETRY_EVERY_S[task]`` seconds
+        and host; tasks in ``RETRY_SILENT`` are shown by their own printer."""
+        host, task = data["host"], data.get("task", "")
+        if task in RETRY_SILENT:
+            return
+        if task == READY_TASK:  # one of the gate's windows: a line per unit it still waits for
+            for line in gate_waiting(host, data.get("res") or {}):
+                self._row(host, task, line[17:])
+                if not self.live and not self.quiet:
+                    self._play_header()
+                    self.console.print(f"{stamp()}   {line}", highlight=False, markup=False, soft_wrap=True)
+            return
+        now = time.monotonic()
+        last = self.retried.get((host, task))
+        if last is not None and now - last < RETRY_EVERY_S.get(task, 0):
+            return
+        self.retried[(host, task)] = now
+        state = f"waiting: {retry_text(data.get('res') or {})}"
+        self._row(host, task, state)
+        if not self.live and not self.quiet:
+            self._line(host, task, state)
 
     def _play_header(self) -> None:
         if not self.play_shown and not self.live:
             self.play_shown = True
-            self.console.print(Text("PLAY ", style="bold") + Text(self.play), highlight=False, soft_wrap=True)
+            self.console.print(Text(f"{stamp()} ") + Text("PLAY ", style="bold") + Text(self.play),
+                               highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         if self.live:
@@ -397,7 +467,13 @@ class _Progress:
 
 
 def print_summary(result: RunResult, console: Console, plan: dict | None = None) -> None:
-    """The per-host table (host, service, state, time-to-ready), failures, endpoint, artifacts."""
+    """The per-host table (host, service, state, time-to-ready), failures, endpoint, artifacts.
+
+    An ok run: the table, ``endpoint: URL (model M)`` when the endpoint answered in this run
+    (:func:`endpoint_answered`), then ``changed: N   run artifacts: DIR``. A failed run
+    ends with its failure summary: ``changed``/artifacts first, then every failure message
+    (journal tails), then the table (state ``FAILED at <task>: <first line>`` per failed host);
+    never an endpoint line. The exit status line is :func:`finish`'s."""
     table = Table(title=f"glmops {result.verb}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s")
     for col in ("host", "service", "state", "time-to-ready"):
         table.add_column(col)
@@ -408,7 +484,7 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
     for svc in (plan or {}).get("services", []):
         planned.setdefault(svc["host"], []).append(svc["unit"])
     hosts = list(dict.fromkeys([*planned, *result.hosts, *by_host]))
-    hosts = [h for h in hosts if h != "localhost"] or hosts
+    hosts = [h for h in hosts if h != "localhost" or result.hosts.get(h, HostStats()).state != "ok"] or hosts
     for host in hosts:
         stats = result.hosts.get(host, HostStats())
         seen = {s["unit"]: s for s in by_host.get(host, [])}
@@ -428,18 +504,58 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
                 state = "ready (restarted)" if svc.get("fresh") else "ready"
             ttr = svc.get("time_to_ready_s")
             table.add_row(host, unit, state, f"{ttr:.1f} s" if isinstance(ttr, (int, float)) else "-")
-    console.print(table)
+    artifacts = f"changed: {result.changed}   run artifacts: {result.artifacts}"
+    if result.ok:
+        console.print(table)
+        if plan and plan.get("endpoint_url") and endpoint_answered(result, plan):
+            console.print(f"endpoint: {plan['endpoint_url']}  (model {plan.get('served_model_name', '')})",
+                          highlight=False, markup=False, soft_wrap=True)
+        console.print(artifacts, highlight=False, markup=False, soft_wrap=True)
+        return
+    console.print(artifacts, highlight=False, markup=False, soft_wrap=True)
     for failure in result.failures:  # journal tails hold "[...]": no markup, no re-wrapping
         console.print(Text("failed ", style="red") + Text(failure), highlight=False, soft_wrap=True)
-    if plan and plan.get("endpoint_url"):
-        console.print(f"endpoint: {plan['endpoint_url']}  (model {plan.get('served_model_name', '')})",
-                      highlight=False, markup=False, soft_wrap=True)
-    console.print(f"changed: {result.changed}   run artifacts: {result.artifacts}", highlight=False,
-                  markup=False, soft_wrap=True)
+    console.print(table)
+
+
+def endpoint_answered(result: RunResult, plan: dict | None) -> bool:
+    """True when this run saw the endpoint answer: its endpoint check (``ENDPOINT_TASK``) passed,
+    or this run's readiness gate (``READY_TASK``) passed the front door whose one-token URL is the
+    endpoint's (``glmops restart`` gates the router that way and has no separate check)."""
+    if result.endpoint_answered:
+        return True
+    ready_url = (plan or {}).get("endpoint_ready_url")
+    doors = {(s.get("host"), s.get("unit")) for s in (plan or {}).get("services", [])
+             if ready_url and s.get("ready_url") == ready_url}
+    return any(s.get("ready") and s.get("task") == READY_TASK and (s.get("host"), s.get("unit")) in doors
+               for s in result.services)
+
+
+def exit_line(result: RunResult | None, rc: int, why: str = "", verb: str = "") -> str:
+    """``exit 0: glmops deploy ok in 83.1 s`` or ``exit 1: glmops deploy FAILED after 612.0 s:
+    lab-1 (failed at Wait for readiness), lab-2 (UNREACHABLE)``; ``why`` replaces the host list."""
+    verb = verb or (result.verb if result else "")
+    took = f" {'in' if rc == 0 else 'after'} {result.seconds:.1f} s" if result else ""
+    if rc == 0:
+        return f"exit 0: glmops {verb} ok{took}" + (f": {why}" if why else "")
+    if not why and result is not None:
+        bad = [f"{h} ({'UNREACHABLE' if s.unreachable else 'failed at ' + (s.failed_task or s.last_task)})"
+               for h, s in sorted(result.hosts.items(), key=lambda kv: kv[0] == "localhost") if s.state != "ok"]
+        why = ", ".join(bad) or (result.failures[0].splitlines()[0] if result.failures else result.status)
+    return f"exit {rc}: glmops {verb} FAILED{took}" + (f": {why}" if why else "")
+
+
+def finish(console: Console, result: RunResult | None, rc: int | None = None, why: str = "",
+           verb: str = "") -> NoReturn:
+    """Print :func:`exit_line` as the last line and exit with ``rc`` (default: the run's)."""
+    rc = (0 if result is not None and result.ok else 1) if rc is None else rc
+    console.print(exit_line(result, rc, why, verb), highlight=False, markup=False, soft_wrap=True)
+    sys.exit(rc)
 
 
 def _host_state(stats: HostStats) -> str:
     if stats.state == "ok":
         return "ok" if stats.ok else "not reached"
     first = (stats.messages[-1] if stats.messages else "").strip().splitlines()
-    return f"{stats.state}: {first[0][:100] if first else ''}"
+    where = f" at {stats.failed_task}" if stats.failed_task and stats.state == "FAILED" else ""
+    return f"{stats.state}{where}: {first[0] if first else ''}"

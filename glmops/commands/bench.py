@@ -15,9 +15,9 @@ DEFAULT_OUT = ".glmops/bench"
 
 
 def _fail(problems: list[str], code: int = 2) -> None:
-    from rich.console import Console
+    from glmops.output import console as make_console
 
-    err = Console(stderr=True, highlight=False)
+    err = make_console(stderr=True)
     err.print(f"{len(problems)} problem(s); nothing run:" if code == 2 else "bench failed:")
     for p in problems:
         err.print(f"  {p}", markup=False)
@@ -59,11 +59,11 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
         return
     from dataclasses import replace
 
-    from rich.console import Console
+    from glmops.output import console as make_console
 
     from glmops import bench as b
 
-    console = Console(highlight=False, stderr=False)
+    console = make_console()
     problems: list[str] = []
     cfg = replace(b.QUICK) if quick else b.SweepConfig()
     try:
@@ -151,13 +151,15 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
                   f"ISL {cfg.isl} / OSL {cfg.osl}, {cfg.multi_round} rounds, client aiperf {version} on {host}, "
                   f"{target.gpus} {target.gpu_basis}(s), tokenizer {target.tokenizer}")
 
+    from glmops.output import stamp
+
     def progress(i, n, c, point):
         if point is None:
-            console.print(f"[{i}/{n}] concurrency {c}: {cfg.num_prompts(c)} requests ...")
+            console.print(f"{stamp()} [{i}/{n}] concurrency {c}: {cfg.num_prompts(c)} requests ...")
         elif "error" in point:
-            console.print(f"[{i}/{n}] concurrency {c}: [red]failed[/]: {point['error']}")
+            console.print(f"{stamp()} [{i}/{n}] concurrency {c}: [red]failed[/]: {point['error']}")
         else:
-            console.print(f"[{i}/{n}] concurrency {c}: {point['output_tok_s']:,.1f} output tok/s, "
+            console.print(f"{stamp()} [{i}/{n}] concurrency {c}: {point['output_tok_s']:,.1f} output tok/s, "
                           f"TTFT P50 {point['ttft_ms_p50'] or 0:,.1f} ms, "
                           f"{point['completed']}/{point['num_prompts']} completed")
 

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from glmops import generations as G
 from glmops import runner
+from glmops.output import console as make_console
 from glmops.commands.deploy import INVENTORY, TOPOLOGY
 
 LIST_TASK = "Read the recorded generations"
@@ -67,7 +68,7 @@ def read_history(inventory: str, topology: str | None, console: Console | None =
 
     result = runner.run("history", "history.yml", inventory,
                         {"glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir},
-                        console=console or Console(stderr=True), quiet=True, on_event=on_event)
+                        console=console or make_console(stderr=True), quiet=True, on_event=on_event)
     return {h: got.get(h, {"generations": [], "current": None}) for h in hosts}, result, gen_dir, hosts
 
 
@@ -77,7 +78,7 @@ def read_history(inventory: str, topology: str | None, console: Console | None =
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: per host its generations and the current one.")
 def history(inventory, topology, as_json):
     """List the generations recorded on every host (newest last; * = current)."""
-    console = Console(highlight=False)
+    console = make_console()
     hist, result, gen_dir, _ = read_history(inventory, topology)
     if as_json:
         click.echo(json.dumps({"dir": gen_dir, "hosts": hist, "failures": result.failures}, indent=2))
@@ -125,7 +126,7 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
     gated on readiness and a one-token request; stop at the first failure."""
     from glmops.commands.deploy import load_plan
 
-    console = Console(highlight=False)
+    console = make_console()
     overrides, problems = G.parse_sets(sets)
     if overrides or problems:
         from glmops.deployview import PlanProblems, plan_view
@@ -184,15 +185,16 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
     if topology:
         base["glmops_topology"] = topology
     if runtimes_changed:
-        console.print("[bold]step[/bold] install engine runtimes")
+        console.print(f"{runner.stamp()} [bold]step[/bold] install engine runtimes")
         res = _run_step("upgrade", "upgrade.yml", inventory, {**base, "glmops_step": {"kind": "runtimes"}}, console)
         if not res.ok:
             runner.print_summary(res, console, plan)
             _err(f"upgrade stopped before any restart: installing the runtimes failed; generation {old_number} serves")
-            sys.exit(1)
+            runner.finish(console, None, 1, f"installing the runtimes failed; generation {old_number} serves",
+                          verb="upgrade")
     done: list[str] = []
     for step in plan_steps:
-        console.print(f"[bold]step[/bold] {step.name}: {', '.join(step.units) or 'router'}")
+        console.print(f"{runner.stamp()} [bold]step[/bold] {step.name}: {', '.join(step.units) or 'router'}")
         res = _run_step("upgrade", "upgrade.yml", inventory,
                         {**base, "glmops_step": step.extravar(drain_timeout_s=drain_timeout)}, console)
         if res.ok:
@@ -214,7 +216,7 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
             lines.append(f"  still on generation {old_number} (untouched): {', '.join(untouched)}")
         for line in lines:
             _err(line)
-        sys.exit(1)
+        runner.finish(console, None, 1, f"stopped at {step.name}: " + "; ".join(bad), verb="upgrade")
     console.print(f"upgrade done: {', '.join(done)}; new generation recorded (`glmops history -i {inventory}`)")
     sys.exit(0)
 
@@ -230,7 +232,7 @@ def _put_back(inventory: str, hist: dict, gen_dir: str, step: G.Step, number: in
                                           drain_timeout_s=drain_timeout)}
     # the failed workers are already out of the router (or never were in): restore, gate, add back
     extra["glmops_step"]["router_out_done"] = True
-    console.print(f"[bold]putting generation {number} back[/bold] on {', '.join(step.units)}")
+    console.print(f"{runner.stamp()} [bold]putting generation {number} back[/bold] on {', '.join(step.units)}")
     res = runner.run("upgrade-putback", "rollback.yml", inventory, extra, console=console)
     if not res.ok:
         runner.print_summary(res, console, plan)
@@ -248,7 +250,7 @@ def _put_back(inventory: str, hist: dict, gen_dir: str, step: G.Step, number: in
 def rollback(inventory, topology, to, check, drain_timeout):
     """Put the previous (or --to N) generation's units and files back byte for byte, one
     replica at a time, each gated on readiness; then it is the current generation."""
-    console = Console(highlight=False)
+    console = make_console()
     hist, result, gen_dir, hosts = read_history(inventory, topology)
     if not result.ok:
         _err("cannot read the generations:\n" + "\n".join(result.failures))
@@ -284,12 +286,14 @@ def rollback(inventory, topology, to, check, drain_timeout):
     base = {"glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir}
     finish = G.Step(name="finish", kind="finish", units=[])
     for step in [s for s in plan_steps if s.units] + [finish]:
-        console.print(f"[bold]step[/bold] {step.name}: {', '.join(step.units) or 'generation ' + str(number) + ' becomes current'}")
+        console.print(f"{runner.stamp()} [bold]step[/bold] {step.name}: "
+                      f"{', '.join(step.units) or 'generation ' + str(number) + ' becomes current'}")
         res = runner.run("rollback", "rollback.yml", inventory, {**base, "glmops_step": step.extravar(**common)},
                          console=console)
         if not res.ok:
             runner.print_summary(res, console)
             _err(f"rollback FAILED at {step.name}: " + "; ".join(_not_ready(res)))
-            sys.exit(1)
+            runner.finish(console, None, 1, f"stopped at {step.name}: " + "; ".join(_not_ready(res)),
+                          verb="rollback")
     console.print(f"rollback done: generation {number} is current and the endpoint serves")
     sys.exit(0)

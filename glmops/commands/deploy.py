@@ -16,10 +16,10 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from glmops import runner
+from glmops.output import console as make_console
 
 INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
                          help="Ansible inventory (directory or file).")
@@ -28,8 +28,8 @@ TOPOLOGY = click.option("--topology", type=click.Choice(["agg", "disagg"]), defa
 LIMIT = click.option("--limit", default=None, help="Ansible --limit pattern.")
 
 
-def _console() -> Console:
-    return Console(highlight=False)
+def _console():
+    return make_console()
 
 
 def load_plan(inventory: str, topology: str | None) -> dict[str, Any]:
@@ -39,8 +39,8 @@ def load_plan(inventory: str, topology: str | None) -> dict[str, Any]:
     try:
         return plan_view(inventory, topology)
     except PlanProblems as exc:
-        err = Console(stderr=True, highlight=False)
-        err.print(f"{len(exc.problems)} problem(s) in {inventory}; no host contacted:")
+        err = make_console(stderr=True)
+        err.print(f"{len(exc.problems)} problem(s) in {inventory}; no host contacted:", markup=False)
         for problem in exc.problems:
             err.print(f"  {problem}", markup=False)
         sys.exit(2)
@@ -52,7 +52,7 @@ def exit_if_plan_refused(result: runner.RunResult) -> None:
     if not result.plan_problems:
         return
     head, *problems = result.plan_problems.strip().splitlines()
-    err = Console(stderr=True, highlight=False)
+    err = make_console(stderr=True)
     err.print(head.removeprefix("glmops_plan: "), markup=False, soft_wrap=True)
     for problem in problems:
         err.print(f"  {problem}", markup=False, soft_wrap=True)
@@ -66,9 +66,10 @@ def _extravars(topology: str | None, **more: Any) -> dict[str, Any]:
     return out
 
 
-def _finish(result: runner.RunResult, plan: dict, console: Console) -> None:
+def _finish(result: runner.RunResult, plan: dict, console) -> None:
+    """The run's summary, then its exit status line as the last line; exits 0 or 1."""
     runner.print_summary(result, console, plan)
-    sys.exit(0 if result.ok else 1)
+    runner.finish(console, result)
 
 
 @click.command("deploy")
@@ -118,7 +119,8 @@ def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke, 
         from glmops.smoke import smoke_after_deploy
 
         runner.print_summary(result, console, plan)
-        sys.exit(0 if smoke_after_deploy(inventory, topology, console) else 1)
+        smoked = smoke_after_deploy(inventory, topology, console)
+        runner.finish(console, result, 0 if smoked else 1, "" if smoked else "the smoke checks after the deploy failed")
     _finish(result, plan, console)
 
 
@@ -146,7 +148,7 @@ def status(inventory, topology, as_json):
     console = _console()
     plan = load_plan(inventory, topology)
     result = runner.run("status", "status.yml", inventory, _extravars(topology),
-                        console=Console(stderr=True), quiet=True)
+                        console=make_console(stderr=True), quiet=True)
     rows = status_rows(plan, result)
     if as_json:
         click.echo(json.dumps({"endpoint": plan["endpoint_url"], "services": rows,
@@ -166,10 +168,15 @@ def status(inventory, topology, as_json):
                 if r["first_error"]:
                     console.print(f"first error: {r['first_error']}", markup=False, highlight=False, soft_wrap=True)
                 console.print(r["journal"].rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+    healthy = bool(result.ok and rows and all(r["state"] == "active" and r["health"] == 200 for r in rows))
+    if not as_json:
         for failure in result.failures:
             console.print(f"failed {failure}", markup=False)
-        console.print(f"endpoint: {plan['endpoint_url']}")
-    healthy = result.ok and rows and all(r["state"] == "active" and r["health"] == 200 for r in rows)
+        if healthy:  # every service active with /health 200
+            console.print(f"endpoint: {plan['endpoint_url']}", markup=False)
+        bad = [f"{r['host']} {r['service']} ({r['state']}, health {r['health']})" for r in rows
+               if not (r["state"] == "active" and r["health"] == 200)]
+        runner.finish(console, result, 0 if healthy else 1, ", ".join(bad) if bad and not healthy else "")
     sys.exit(0 if healthy else 1)
 
 
@@ -207,8 +214,8 @@ def _select(plan: dict, service: str | None) -> list[dict]:
               if service in (s["name"], s["unit"], s["role"], s["host"])]
     if not picked:
         names = ", ".join(s["name"] for s in plan["services"])
-        Console(stderr=True).print(f"service {service!r} is not in the Plan; accepted: {names}, a role or a host",
-                                   markup=False)
+        make_console(stderr=True).print(f"service {service!r} is not in the Plan; accepted: {names}, a role or a host",
+                                        markup=False)
         sys.exit(2)
     return picked
 
@@ -228,13 +235,18 @@ def logs(inventory, topology, service, follow, lines):
     console = _console()
     result = runner.run("logs", "logs.yml", inventory,
                         _extravars(topology, glmops_log_units=[s["unit"] for s in picked], glmops_log_lines=lines),
-                        console=Console(stderr=True), quiet=True)
+                        console=make_console(stderr=True), quiet=True)
     for out in result.outputs:
-        console.rule(out["host"])
+        if console.is_terminal:
+            console.rule(out["host"])
+        else:  # a rule fills the console's width, which is unbounded off a terminal
+            click.echo(f"==> {out['host']} <==")
         click.echo(out["res"].get("stdout", ""))
     for failure in result.failures:
         console.print(f"failed {failure}", markup=False)
-    sys.exit(0 if result.ok else 1)
+    if not result.ok:
+        runner.finish(console, result)
+    sys.exit(0)
 
 
 def ssh_command(inventory: str, host: str, remote: list[str]) -> list[str]:
@@ -290,7 +302,7 @@ def restart(inventory, topology, rolling):
         _finish(result, plan, console)
     result = None
     for step, units in rolling_steps(plan):
-        console.print(f"[bold]restart step[/bold] {step}: {', '.join(units)}")
+        console.print(f"{runner.stamp()} [bold]restart step[/bold] {step}: {', '.join(units)}")
         result = runner.run("restart", "restart.yml", inventory,
                             _extravars(topology, glmops_restart_units=units), console=console)
         if not result.ok:
@@ -334,7 +346,7 @@ def destroy(inventory, topology, yes, purge_checkpoints):
     stay unless --purge-checkpoints)."""
     console = _console()
     if not yes:
-        Console(stderr=True).print("destroy removes units and env files: pass --yes to confirm")
+        make_console(stderr=True).print("destroy removes units and env files: pass --yes to confirm")
         sys.exit(2)
     plan = load_plan(inventory, topology)
     result = runner.run("destroy", "destroy.yml", inventory,

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glmops import runner
+from glmops.output import console as make_console
 
 PROGRESS_TASK = "Download progress"
 OUTPUT_TASK = "Glmops output checkpoint"
@@ -56,7 +57,7 @@ class ProgressPrinter:
             return
         self.last[host] = now
         self.console.print(
-            f"  {host:<16} {res.get('state', ''):<10} {_human(res.get('bytes_done', 0))} / "
+            f"{runner.stamp()}   {host:<16} {res.get('state', ''):<10} {_human(res.get('bytes_done', 0))} / "
             f"{_human(res.get('bytes_total', 0))} ({res.get('percent', 0):.1f} %) "
             f"{_human(res.get('rate_bps', 0))}/s", highlight=False)
 
@@ -117,7 +118,7 @@ def download(inventory, topology, mode, endpoint, check, limit, as_json):
     if bad:  # before the inventory is planned and before any request
         click.echo(f"error: {bad}; nothing was contacted", err=True)
         sys.exit(2)
-    console = Console(highlight=False, stderr=as_json)
+    console = make_console(stderr=as_json)
     plan = load_plan(inventory, topology)
     ck = plan["checkpoint"]
     console.print(f"checkpoint {ck['repo']}@{ck['revision'] or '(pin at download)'} -> {ck['local_dir']} "
@@ -156,8 +157,12 @@ def download(inventory, topology, mode, endpoint, check, limit, as_json):
         for r in rows:
             table.add_row(r["host"], r["source"], str(r["commit"])[:12], str(r["fetched"]),
                           _human(int(r["bytes"] or 0)), r["local_dir"])
-        console.print(table)
-        for failure in result.failures:
-            console.print(f"failed {failure}", markup=False)
-        console.print(f"run artifacts: {result.artifacts}")
+        if result.ok:
+            console.print(table)
+        console.print(f"run artifacts: {result.artifacts}", markup=False)
+        if not result.ok:  # a failed run ends with what failed where, then its exit status
+            for failure in result.failures:
+                console.print(f"failed {failure}", markup=False)
+            console.print(table)
+        runner.finish(console, result)
     sys.exit(0 if result.ok else 1)

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glmops import runner
+from glmops.output import console as make_console
 
 INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
                          help="Ansible inventory (directory or file).")
@@ -102,7 +103,7 @@ def print_reports(nodes: dict[str, dict[str, Any]], console: Console) -> None:
 def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
     """Install the NVIDIA driver branch (fabric manager and nvlsm in lockstep, held), the
     container toolkit, and run every precheck."""
-    console = Console(highlight=False)
+    console = make_console()
     _validate(inventory)
     extravars: dict[str, Any] = {}
     if no_reboot:
@@ -118,7 +119,7 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
     nodes = reports(result, collector.reports)
     if nodes and not check:
         print_reports(nodes, console)
-    sys.exit(0 if result.ok else 1)
+    runner.finish(console, result)
 
 
 @click.command("check")
@@ -128,19 +129,22 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
 def check(inventory, limit, as_json):
     """Check every host against what the deployment needs (OS, GPUs, driver, fabric manager,
     disk, /dev/shm, memlock, ports, time sync, RDMA devices); report all failures at once."""
-    console = Console(highlight=False, stderr=as_json)
+    console = make_console(stderr=as_json)
     _validate(inventory)
     collector = ReportCollector()
     result = runner.run("check", "check.yml", inventory, {}, limit=limit,
-                        console=Console(stderr=True), quiet=as_json, on_event=collector)
+                        console=make_console(stderr=True), quiet=as_json, on_event=collector)
     nodes = reports(result, collector.reports)
     ok = result.ok and bool(nodes) and all(r["ok"] for r in nodes.values())
     if as_json:
         click.echo(json.dumps({"ok": ok, "nodes": nodes, "artifacts": str(result.artifacts)}, indent=2))
     else:
+        console.print(f"run artifacts: {result.artifacts}", markup=False)
         print_reports(nodes, console)
         for failure in result.failures:
             if "precheck(s) failed" not in failure:
                 console.print(f"failed {failure}", markup=False)
-        console.print(f"run artifacts: {result.artifacts}")
+        bad = [h for h, r in sorted(nodes.items()) if not r["ok"]]
+        runner.finish(console, result, 0 if ok else 1,
+                      f"precheck(s) failed on {', '.join(bad)}" if bad and not ok else "")
     sys.exit(0 if ok else 1)

@@ -39,12 +39,12 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
           only, skip, as_json):
     """Check the endpoint: models, completion, reasoning effort, tool call, structured output,
     streaming, image, the prefill/decode split and the speculative acceptance rate."""
-    from rich.console import Console
+    from glmops.output import console as make_console
 
     from glmops import smoke as sm
     from glmops.model import ValidationError
 
-    err = Console(stderr=True, highlight=False)
+    err = make_console(stderr=True)
     problems = []
     unknown = [n for n in _names(only) + _names(skip) if n not in sm.CHECKS]
     if unknown:
@@ -79,5 +79,5 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        sm.render_table(report, Console(highlight=False))
+        sm.render_table(report, make_console())
     sys.exit(0 if report.ok else 1)

@@ -11,11 +11,12 @@ import sys
 import time
 
 import click
-from rich.console import Console
 
 from glmops.lab.spec import DEFAULT_NAME, DEFAULT_SUBNET, PROFILES, Bind, default_binds
+from glmops.output import console as make_console
+from glmops.output import stamp
 
-err = Console(stderr=True, highlight=False)
+err = make_console(stderr=True)
 
 
 def _problems(exc) -> None:
@@ -80,7 +81,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
         if profile == "cpu" and not core.root_problem():
             # the serving kit inventories/lab deploys from (glmops/lab/kit.py), cached
             with err.status("lab: wheel sets and the lab model (cached after the first time)", spinner="dots"):
-                kit_binds = kit.prepare(name, log=lambda m: err.print(f"[dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+                kit_binds = kit.prepare(name, log=lambda m: err.print(f"{stamp()} [dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
         else:
             kit_binds = []
         defaults = default_binds() + kit_binds
@@ -89,7 +90,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
         with err.status(f"lab {name}: booting {count} host(s)", spinner="dots"):
             st = core.up(name=name, hosts=count, profile=profile, subnet=subnet, binds=parsed,
                          keep_on_failure=keep_on_failure, boot_timeout=timeout,
-                         log=lambda m: err.print(f"[dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+                         log=lambda m: err.print(f"{stamp()} [dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
     except core.LabError as exc:
         if not shared_existed and not lab_spec.state_dir(name).exists():
             # refused before any host existed: the kit's shared dir made above goes too
@@ -120,7 +121,7 @@ def status(name: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     for lab_ in labs:
-        out = Console(highlight=False)
+        out = make_console()
         out.print(f"[bold]lab {lab_['name']}[/bold] ({lab_['profile']}, {lab_['subnet']}, bridge {lab_['bridge']}, "
                   f"supervisor {'running' if lab_['supervisor_alive'] else '[red]gone[/red]'})")
         t = Table()

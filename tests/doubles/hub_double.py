@@ -44,6 +44,10 @@ over the file path in the repo, default ``*``; ``times``: how often it fires, ``
   (client sees ``RemoteProtocolError: peer closed connection``; huggingface-hub retries with Range).
 * ``{"kind": "omit_header", "header": "ETag"|"X-Repo-Commit"|"Content-Length"}`` on resolve.
 * ``{"kind": "slow", "bytes_per_s": N}``: throttle resolve bodies.
+* ``{"kind": "stall", "after_bytes": K, "times": 1}``: send K body bytes, then hold the connection open
+  sending nothing (a hung transfer, the moment a node dies mid-file) until
+  :meth:`HubDouble.release_stalls` (``POST /_double/release``), :meth:`reset` or :meth:`stop`;
+  then close it. While held, :meth:`stats` lists it under ``stalled`` (``{path, bytes}``).
 * ``{"kind": "status", "code": 500, "times": 1}``: answer resolve with that status.
 * ``{"kind": "tree_wrong_size", "delta": 1}`` / ``{"kind": "tree_wrong_sha256"}``: lie in the
   tree listing (size + delta; lfs.oid of other content).
@@ -51,7 +55,8 @@ over the file path in the repo, default ``*``; ``times``: how often it fires, ``
   (the GET is right, so the client's size check fails: ``Consistency check failed``).
 
 Admin endpoints (JSON): ``GET /_double/stats`` (bytes served per client IP, request log,
-auth records), ``POST /_double/faults``, ``POST /_double/reset`` (faults + counters).
+auth records, held transfers), ``POST /_double/faults``, ``POST /_double/release`` (end the
+held transfers), ``POST /_double/reset`` (ends them too, then clears faults + counters).
 
 CLI::
 
@@ -84,7 +89,7 @@ LFS_PATTERNS = ("*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gz", 
                 "*tfevents*", "*.gguf")
 LFS_MIN_SIZE = 10 * 1024 * 1024
 FAULT_KINDS = {
-    "drop": {"after_bytes"}, "omit_header": {"header"}, "slow": {"bytes_per_s"},
+    "drop": {"after_bytes"}, "omit_header": {"header"}, "slow": {"bytes_per_s"}, "stall": {"after_bytes"},
     "status": {"code"}, "tree_wrong_size": set(), "tree_wrong_sha256": set(),
     "wrong_content_length": set(),
 }
@@ -272,8 +277,12 @@ class HubDouble:
 
     # ------------------------------------------------------------------ control
     def reset(self) -> None:
-        """Clear faults and counters."""
+        """End the held (stalled) transfers, clear faults and counters."""
+        if hasattr(self, "_release"):
+            self.release_stalls()
         with getattr(self, "_lock", threading.Lock()):
+            self._release = threading.Event()
+            self.stalled: dict[int, dict] = {}
             self.faults: list[dict] = []
             self.bytes_by_client: dict[str, int] = {}
             self.requests: list[dict] = []
@@ -297,7 +306,7 @@ class HubDouble:
         if problems:
             raise ValueError("; ".join(problems))
         with self._lock:
-            self.faults = [dict(f, times=f.get("times", 1 if f["kind"] in ("drop", "status")
+            self.faults = [dict(f, times=f.get("times", 1 if f["kind"] in ("drop", "stall", "status")
                                                 else -1), fired=0) for f in faults]
 
     def _take_fault(self, kind: str, path: str, consume: bool = True) -> dict | None:
@@ -314,6 +323,20 @@ class HubDouble:
     def _has_fault(self, kind, path):
         return self._take_fault(kind, path, consume=False)
 
+    def release_stalls(self) -> None:
+        """End every transfer a ``stall`` fault holds (each closes its connection) and wait up
+        to 60 s until their handlers have logged them in ``requests``."""
+        with self._lock:
+            release = self._release
+            self._release = threading.Event()  # transfers stalled from now on wait for the next call
+        release.set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not any(s["release"] is release for s in self.stalled.values()):
+                    return
+            time.sleep(0.01)
+
     def stats(self) -> dict:
         """Counters: ``bytes_by_client`` (resolve body bytes per client IP), ``requests``
         (method, path, status, range, client, bytes), ``auth`` records, ``faults`` (with
@@ -321,7 +344,8 @@ class HubDouble:
         with self._lock:
             return {"bytes_by_client": dict(self.bytes_by_client),
                     "requests": list(self.requests), "auth": list(self.auth_log),
-                    "faults": [dict(f) for f in self.faults]}
+                    "faults": [dict(f) for f in self.faults],
+                    "stalled": [{"path": s["path"], "bytes": s["bytes"]} for s in self.stalled.values()]}
 
     def _count(self, client: str, n: int) -> None:
         with self._lock:
@@ -341,7 +365,8 @@ class HubDouble:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """End the held transfers, stop serving and close the socket."""
+        self.release_stalls()
         self.server.shutdown()
         self.server.server_close()
 
@@ -422,6 +447,9 @@ def _make_handler(hub: HubDouble):
                 if path == "/_double/faults":
                     hub.set_faults(json.loads(body or b"[]"))
                     return self._json(200, {"faults": hub.stats()["faults"]})
+                if path == "/_double/release":
+                    hub.release_stalls()
+                    return self._json(200, {"ok": True})
                 if path == "/_double/reset":
                     hub.reset()
                     return self._json(200, {"ok": True})
@@ -558,6 +586,13 @@ def _make_handler(hub: HubDouble):
                                      "valid": None})
             self._serve_blob(f, f.path, {"ETag": f'"{f.etag}"', "Accept-Ranges": "bytes"})
 
+        def _hold(self, fpath, sent):
+            """A ``stall`` fault: keep the connection open, silent, until released."""
+            with hub._lock:
+                release = hub._release
+                hub.stalled[id(self)] = {"path": fpath, "bytes": sent, "release": release}
+            release.wait()
+
         def _omit(self, fpath, headers):
             for fault in list(hub.faults):
                 if fault["kind"] == "omit_header" and fnmatch.fnmatch(fpath, fault.get("path", "*")):
@@ -597,8 +632,10 @@ def _make_handler(hub: HubDouble):
             if self.command == "HEAD":
                 return self._record(status)
             drop = hub._take_fault("drop", fpath)
+            stall = None if drop else hub._take_fault("stall", fpath)
             slow = hub._has_fault("slow", fpath)
-            limit = min(drop["after_bytes"], length) if drop else length
+            cut = drop or stall
+            limit = min(cut["after_bytes"], length) if cut else length
             chunk = 1024 * 1024
             if slow:
                 chunk = max(1, min(chunk, int(slow["bytes_per_s"]) // 10 or 1))
@@ -618,6 +655,8 @@ def _make_handler(hub: HubDouble):
                         self.wfile.flush()
                         time.sleep(len(piece) / float(slow["bytes_per_s"]))
                 self.wfile.flush()
+                if stall:
+                    self._hold(fpath, sent)
             except (BrokenPipeError, ConnectionResetError):
                 pass
             finally:
@@ -625,8 +664,9 @@ def _make_handler(hub: HubDouble):
             with hub._lock:
                 hub.requests.append({"method": self.command, "path": self.path, "status": status,
                                      "range": rng, "client": client, "bytes": sent,
-                                     "dropped": bool(drop)})
-            if drop:
+                                     "dropped": bool(drop), "stalled": bool(stall)})
+                hub.stalled.pop(id(self), None)
+            if cut:
                 try:
                     self.connection.shutdown(socket.SHUT_RDWR)
                 except OSError:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -260,6 +261,40 @@ def test_slow_fault_and_admin_endpoints(hub):
     assert "faults[0].kind 'explode' unknown" in msg and "faults[1] (drop): missing key 'after_bytes'" in msg
     stats = json.loads(_get(f"{hub.url}/_double/stats")[2])
     assert stats["bytes_by_client"]["127.0.0.1"] == 300_000
+
+
+def test_stall_fault_holds_the_transfer_until_released(hub):
+    """``stall``: K bytes, then silence on an open connection until release; once by default."""
+    hub.set_faults([{"kind": "stall", "after_bytes": 1000, "path": "model.safetensors"}])
+    url = f"{hub.url}/{REPO}/resolve/{COMMIT}/model.safetensors"
+    got: dict = {}
+
+    def reader():
+        with urllib.request.urlopen(url, timeout=600) as r:
+            got["first"] = r.read(1000)
+            try:
+                got["rest"] = r.read()
+            except Exception as exc:  # http.client.IncompleteRead: closed 1000 bytes in
+                got["error"] = type(exc).__name__
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 60
+    while not hub.stats()["stalled"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert hub.stats()["stalled"] == [{"path": "model.safetensors", "bytes": 1000}]
+    assert t.is_alive()  # held: the reader still waits for the rest
+    req = urllib.request.Request(f"{hub.url}/_double/release", method="POST", data=b"")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert json.loads(r.read()) == {"ok": True}
+    t.join(60)
+    assert not t.is_alive() and len(got["first"]) == 1000 and got.get("error") == "IncompleteRead", got
+    stats = hub.stats()
+    assert stats["stalled"] == []
+    gets = [r for r in stats["requests"] if r["method"] == "GET" and "/resolve/" in r["path"]]
+    assert [(g["bytes"], g["stalled"]) for g in gets] == [(1000, True)]
+    _, _, body = _get(url)  # fired once: the next GET is whole
+    assert len(body) == 300_000
 
 
 def test_cli_serves_repo_dir_layout(repo, tmp_path):

@@ -2,6 +2,7 @@
 every call passes ``endpoint=``, so HF_ENDPOINT is not needed)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -197,40 +198,78 @@ def test_dropped_connection_then_rerun_fetches_only_the_unfinished_file(hub, fil
     assert tree(local) == files
 
 
+def _partials(root: Path) -> dict[str, int]:
+    """Every ``*.incomplete`` part under ``root`` (wherever the hub client puts them) -> bytes."""
+    out = {}
+    for p in root.rglob("*.incomplete"):
+        with contextlib.suppress(OSError):
+            out[str(p)] = p.stat().st_size
+    return out
+
+
+def _wait_for(what: str, cond, proc: subprocess.Popen | None = None, timeout_s: float = 300) -> None:
+    """Poll ``cond()`` until true; fail naming ``what`` at the deadline, or at once (with the
+    child's output) when ``proc`` exits first. The deadline is far above the seconds it takes."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the download exited {proc.returncode} before {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} after {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
 def test_killed_download_refetches_only_the_unfinished_file(tmp_path):
     """A download killed mid-file (node crash): the rerun requests only the file that was in
-    flight, and the dead partial of the killed process is removed."""
-    big = os.urandom(16 * MiB)
+    flight, and the dead partial of the killed process is removed.
+
+    Conditions, not timing: the hub double holds big.safetensors after K bytes (``stall``), so
+    the download is mid-file for as long as it takes; the child is killed once the double holds
+    it, the other files are complete as the client records them, and the client has written
+    part of the file (it writes in ``DOWNLOAD_CHUNK_SIZE`` pieces: K is one piece and more).
+    Partials are searched for under the whole test dir (local_dir and HF_HOME), wherever the
+    client puts them."""
+    from huggingface_hub import constants as hf_constants
+
+    piece = hf_constants.DOWNLOAD_CHUNK_SIZE  # huggingface-hub 2.4.0: 10 MiB per write
+    held = piece + 2 * MiB
+    big = os.urandom(held + 4 * MiB)
     small = os.urandom(2 * MiB)
     with HubDouble() as h:
         h.add_files(REPO, {"config.json": b"{}", "a.safetensors": small, "big.safetensors": big}, commit=COMMIT)
-        h.set_faults([{"kind": "slow", "bytes_per_s": 4 * MiB, "path": "big.safetensors"}])
+        h.set_faults([{"kind": "stall", "after_bytes": held, "path": "big.safetensors"}])
         local = tmp_path / "m"
         code = ("from glmops import checkpoint as ck; "
                 f"ck.download({REPO!r}, {COMMIT!r}, {str(local)!r}, endpoint={h.url!r}, margin_bytes=0)")
-        proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ))
-        man = ck.Manifest(REPO, COMMIT, [ck.HubFile("big.safetensors", len(big), "")])
-        deadline = time.monotonic() + 30
-        while ck.bytes_on_disk(str(local), man) < 4 * MiB and time.monotonic() < deadline:
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        # no read timeout while the double holds the transfer (the fixture's 5 s would retry it)
+        env = dict(os.environ, HF_HUB_DOWNLOAD_TIMEOUT="3600")
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        man = ck.resolve(REPO, COMMIT, endpoint=h.url)
+        try:
+            _wait_for("held transfer of big.safetensors",
+                      lambda: [s["path"] for s in h.stats()["stalled"]] == ["big.safetensors"], proc)
+            _wait_for("complete config.json and a.safetensors",
+                      lambda: sorted(ck._client_complete(str(local), man)) == ["a.safetensors", "config.json"], proc)
+            _wait_for("partial of big.safetensors on disk",
+                      lambda: sum(_partials(tmp_path).values()) >= piece, proc)
+        finally:
+            proc.kill()
+            proc.communicate()
         assert (local / "a.safetensors").read_bytes() == small
         assert not (local / "big.safetensors").exists()
-        partial = ck.bytes_on_disk(str(local), man)
-        assert partial >= 4 * MiB
-        deadline = time.monotonic() + 10  # the double logs the killed transfer when its write fails
-        while not any(r["method"] == "GET" and r["path"].endswith("big.safetensors")
-                      for r in h.stats()["requests"]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        h.reset()
+        partials = _partials(tmp_path)
+        assert 0 < sum(partials.values()) <= held, partials
+        in_local = sum(n for p, n in partials.items() if Path(p).is_relative_to(local))
+        h.reset()  # ends the held transfer (logged) before clearing the log
         res = ck.download(REPO, COMMIT, str(local), endpoint=h.url, margin_bytes=0)
         assert res["fetched"] == ["big.safetensors"]
         assert sorted(res["complete_before"]) == ["a.safetensors", "config.json"]
-        assert res["stale_partial_bytes"] == partial
+        assert res["stale_partial_bytes"] == in_local
         assert [r["path"].rsplit("/", 1)[1] for r in resolve_gets(h)] == ["big.safetensors"]
         assert (local / "big.safetensors").read_bytes() == big
-        assert not list(local.rglob("*.incomplete"))
+        assert not _partials(local)
 
 
 def test_connection_dropped_mid_file_resumes_with_range_within_the_run(tmp_path):
