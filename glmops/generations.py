@@ -228,3 +228,138 @@ def manifest_services(history: dict[str, dict[str, Any]], number: int) -> list[d
         for u in (m or {}).get("units", []):
             out.append({**u, "host": host})
     return sorted(out, key=lambda s: (int(s.get("start_order") or 0), s["host"], s["unit"]))
+
+
+# ------------------------------------------------------------------ what is deployed (issue 12)
+TOPOLOGIES = ("agg", "disagg")
+
+
+def deployed_topology(history: dict[str, dict[str, Any]], default: str,
+                      unread: list[str] | tuple[str, ...] = ()) -> tuple[str, str]:
+    """The topology the day-2 verbs (status, smoke, logs, restart, stop, destroy) act on when
+    no ``--topology`` is given, and the one line that says why (empty: nothing to say).
+
+    ``history``: host -> ``{"generations": [manifest], "current": N | None}`` as
+    ``glmops_generation.py list`` reports it on each host the inventory names; ``default``:
+    the inventory's ``glmops_topology`` (what the Plan uses without ``--topology``);
+    ``unread``: hosts whose records could not be read (unreachable).
+
+    The topology of the current generation recorded on the hosts wins when every host
+    that has a current generation agrees (hosts without one, e.g. pruned or never
+    deployed, do not count). Hosts that disagree, or nothing recorded: ``default``, and the
+    line says so and names it. Returns ``(topology, line)``.
+    """
+    current = current_manifests(history)
+    seen = {h: m for h, m in current.items() if m.get("topology") in TOPOLOGIES}
+    tops = sorted({m["topology"] for m in seen.values()})
+    unread_txt = f"; could not read the records on {', '.join(unread)}" if unread else ""
+    if not seen:
+        where = ", ".join(h for h in history if h not in unread) or "no host"
+        return default, (f"no deployment recorded on {where}{unread_txt}: "
+                         f"using the inventory's default topology {default}")
+    if len(tops) > 1:
+        which = ", ".join(f"{h}: {m['topology']} (generation {m.get('number')})" for h, m in seen.items())
+        return default, (f"the hosts disagree on the deployed topology ({which}){unread_txt}: "
+                         f"using the inventory's default topology {default}")
+    top = tops[0]
+    numbers = sorted({int(m.get("number") or 0) for m in seen.values()})
+    gen = f"generation {'/'.join(map(str, numbers))} on {', '.join(seen)}"
+    if top != default:
+        return top, (f"deployed topology {top} ({gen}) differs from the inventory's default {default}: "
+                     f"using {top} (--topology {default} to act on the default){unread_txt}")
+    return top, (f"deployed topology {top} ({gen}){unread_txt}" if unread else "")
+
+
+def plan_hosts(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a generation records of the whole deployment (manifest ``hosts``): every host of
+    the Plan ``[{name, address, units}]`` in Plan order, so a later deploy whose Plan no
+    longer uses a host can find it (:func:`prune_candidates`) even when the inventory no
+    longer lists it."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in plan.get("services", []):
+        h = out.setdefault(s["host"], {"name": s["host"], "address": s.get("address", ""), "units": []})
+        h["units"].append(s["unit"])
+    return list(out.values())
+
+
+def prune_candidates(plan: dict[str, Any], recorded: dict[str, Any], inventory_hosts: list[str],
+                     group_hosts: list[str]) -> dict[str, Any]:
+    """Which hosts a deploy must look at for units of a Plan it no longer has.
+
+    ``plan``: the new Plan view; ``recorded``: Plan host -> the ``hosts`` list of its current
+    generation (:func:`plan_hosts`), ``None`` when its current generation has no such list
+    (recorded by an older glmops); Plan hosts without a current generation are left out.
+    ``inventory_hosts``: every host the inventory names; ``group_hosts``: the hosts of
+    ``glmops_workers`` and ``glmops_routers``.
+
+    The hosts the last recorded generations used, less the Plan's; when a Plan host's
+    record lists no hosts, also the workers/routers groups' hosts outside the Plan.
+    Returns ``{"read": [host the inventory names: read it], "gone": [{name, address,
+    units}: recorded, but the inventory no longer names it, so it cannot be reached]}``.
+    """
+    in_plan = set(plan.get("hosts") or {})
+    known: dict[str, dict[str, Any]] = {}
+    legacy = False
+    for host in plan.get("hosts") or {}:
+        if host not in recorded:
+            continue
+        hosts = recorded[host]
+        if hosts is None:
+            legacy = True
+            continue
+        for h in hosts:
+            if isinstance(h, dict) and h.get("name") and h["name"] not in in_plan:
+                known.setdefault(h["name"], {"name": h["name"], "address": h.get("address", ""),
+                                             "units": list(h.get("units") or [])})
+    if legacy:
+        for h in group_hosts:
+            if h not in in_plan:
+                known.setdefault(h, {"name": h, "address": "", "units": []})
+    inventory = set(inventory_hosts)
+    return {"read": [h for h in known if h in inventory], "gone": [v for h, v in known.items() if h not in inventory]}
+
+
+def departed(candidates: dict[str, Any], reads: dict[str, Any], prune: bool, deployment: str) -> dict[str, Any]:
+    """What a deploy does about the hosts that left its Plan, and the lines that say it.
+
+    ``candidates``: :func:`prune_candidates`; ``reads``: host -> the ``glmops_hostctl.py state
+    --glob --target --current`` answer on that host (``stale``: the deployment's units there,
+    ``current``: its current generation) or ``None`` when the host could not be read
+    (unreachable); ``prune``: False for ``glmops deploy --no-prune``.
+
+    A read host holds the deployment when it has any of its units or a current generation;
+    one that has neither is left alone. Returns ``{"prune": [{host, units}] (reachable, to
+    stop and remove), "unreachable": [{host, units}], "gone": [{name, address, units}],
+    "refuse": message (``--no-prune`` and any host holds or may hold the deployment, else
+    ""), "lines": [one line per host]}``.
+    """
+    to_prune, unreachable, lines = [], [], []
+    for host in candidates.get("read", []):
+        got = reads.get(host)
+        if got is None:
+            unreachable.append({"host": host, "units": []})
+            lines.append(f"{host} left the Plan but could not be read (unreachable): "
+                         f"units of {deployment} there may still run")
+            continue
+        units = list(got.get("stale") or [])
+        if units or got.get("current"):
+            to_prune.append({"host": host, "units": units})
+            what = f"still has {', '.join(units)}" if units else "has no unit left but its records say it runs it"
+            lines.append(f"{host} left the Plan and {what}"
+                         + (": stopping and removing them after the new Plan serves" if prune else ""))
+    gone = list(candidates.get("gone", []))
+    for g in gone:
+        where = f"{g['name']} ({g['address']})" if g.get("address") else g["name"]
+        lines.append(f"{where} left the Plan and the inventory: it cannot be reached, so "
+                     f"{', '.join(g.get('units') or []) or 'its units'} may still run and hold GPUs there; "
+                     f"stop them on the host or put it back in the inventory")
+    refuse = ""
+    if not prune and (to_prune or unreachable or gone):
+        named = ([f"{p['host']} ({', '.join(p['units']) or 'records only'})" for p in to_prune]
+                 + [f"{u['host']} (unreachable)" for u in unreachable]
+                 + [f"{g['name']} (not in the inventory: {', '.join(g.get('units') or []) or 'units unknown'})"
+                    for g in gone])
+        refuse = (f"--no-prune: {len(named)} host(s) left the Plan but may still run units of {deployment}: "
+                  + "; ".join(named) + ". Nothing was changed. Deploy without --no-prune to stop and remove them, "
+                  "or keep them in the Plan.")
+    return {"prune": to_prune, "unreachable": unreachable, "gone": gone, "refuse": refuse, "lines": lines}

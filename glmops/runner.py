@@ -64,6 +64,10 @@ PLAN_TASK = "Validate and plan"  # playbooks/plays/plan.yml (glmops_plan on loca
 # only its ok result lets the summary print the endpoint line
 ENDPOINT_TASK = "One-token request through the endpoint"
 PLAN_SUMMARY = "plan-summary.json"
+# playbooks/plays/departed.yml and prune.yml (deploy): the decision about the hosts that left
+# the Plan (glmops.generations.departed) and the last task of a host's prune
+DEPARTED_TASK = "Decide what to do about the hosts that left the Plan"
+PRUNED_TASK = "Drop the current generation and the deploy stamp of the host that left the Plan"
 
 
 @dataclass
@@ -107,6 +111,10 @@ class RunResult:
     # the endpoint check (ENDPOINT_TASK) answered in this run; its msg
     endpoint_answered: bool = False
     endpoint_msg: str = ""
+    # deploy: what it decided about the hosts that left the Plan (glmops.generations.departed)
+    # and the hosts whose prune finished
+    departed: dict[str, Any] | None = None
+    pruned: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> int:
@@ -275,6 +283,10 @@ def _collect(result: RunResult, event: dict) -> None:
             result.services = [s for s in result.services
                                if not (s["host"] == host and s["unit"] == row["unit"])]
             result.services.append(row)
+    if task == DEPARTED_TASK and kind == "runner_on_ok":
+        result.departed = (res.get("ansible_facts") or {}).get("glmops_departed")
+    if task == PRUNED_TASK and kind == "runner_on_ok" and host not in result.pruned:
+        result.pruned.append(host)
     if task in OUTPUT_TASKS and kind == "runner_on_ok":
         result.outputs.append({"host": host, "task": task, "res": res})
 
@@ -483,8 +495,10 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
     planned: dict[str, list[str]] = {}
     for svc in (plan or {}).get("services", []):
         planned.setdefault(svc["host"], []).append(svc["unit"])
+    left = departed_rows(result)
     hosts = list(dict.fromkeys([*planned, *result.hosts, *by_host]))
-    hosts = [h for h in hosts if h != "localhost" or result.hosts.get(h, HostStats()).state != "ok"] or hosts
+    gone = {row[0] for row in left}
+    hosts = [h for h in hosts if h not in gone and (h != "localhost" or result.hosts.get(h, HostStats()).state != "ok")] or hosts
     for host in hosts:
         stats = result.hosts.get(host, HostStats())
         seen = {s["unit"]: s for s in by_host.get(host, [])}
@@ -504,6 +518,8 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
                 state = "ready (restarted)" if svc.get("fresh") else "ready"
             ttr = svc.get("time_to_ready_s")
             table.add_row(host, unit, state, f"{ttr:.1f} s" if isinstance(ttr, (int, float)) else "-")
+    for row in left:
+        table.add_row(*row)
     artifacts = f"changed: {result.changed}   run artifacts: {result.artifacts}"
     if result.ok:
         console.print(table)
@@ -551,6 +567,29 @@ def finish(console: Console, result: RunResult | None, rc: int | None = None, wh
     rc = (0 if result is not None and result.ok else 1) if rc is None else rc
     console.print(exit_line(result, rc, why, verb), highlight=False, markup=False, soft_wrap=True)
     sys.exit(rc)
+
+
+def departed_rows(result: RunResult) -> list[tuple[str, str, str, str]]:
+    """Summary rows (host, service, state, "-") of the hosts that left the Plan: pruned (or
+    would be, in check mode), not pruned and why, or not reachable at all (not in the inventory)."""
+    dep = result.departed or {}
+    rows = []
+    for p in dep.get("prune", []):
+        stats = result.hosts.get(p["host"], HostStats())
+        if p["host"] in result.pruned:
+            state = "would be pruned (check mode): left the Plan" if result.check else "pruned: left the Plan, stopped and removed"
+        elif stats.state != "ok":
+            state = f"NOT pruned (left the Plan): {_host_state(stats)}"
+        else:
+            state = "NOT pruned (left the Plan): the run stopped before the prune"
+        for unit in p.get("units") or ["-"]:
+            rows.append((p["host"], unit, state, "-"))
+    for u in dep.get("unreachable", []):
+        rows.append((u["host"], "-", "NOT pruned (left the Plan): could not be read (unreachable)", "-"))
+    for g in dep.get("gone", []):
+        rows.append((g["name"], ", ".join(g.get("units") or []) or "-",
+                     "NOT pruned: left the Plan and the inventory (cannot be reached)", "-"))
+    return rows
 
 
 def _host_state(stats: HostStats) -> str:

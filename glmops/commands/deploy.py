@@ -46,6 +46,33 @@ def load_plan(inventory: str, topology: str | None) -> dict[str, Any]:
         sys.exit(2)
 
 
+def deployed_topology(inventory: str, default: str) -> str:
+    """The topology recorded on the hosts (their current generations, ``glmops history``),
+    or ``default`` (the inventory's) when the hosts disagree or nothing is recorded
+    (:func:`glmops.generations.deployed_topology`); its one line goes to stderr. One
+    read-only run over the inventory's workers and routers."""
+    from glmops import generations as G
+    from glmops.commands.day2 import read_history
+
+    hist, result, _, hosts = read_history(inventory, None)
+    unread = [h for h in hosts if result.hosts.get(h) is None or result.hosts[h].state != "ok"]
+    topology, line = G.deployed_topology(hist, default, unread)
+    if line:
+        Console(stderr=True, highlight=False).print(line, markup=False, soft_wrap=True)
+    return topology
+
+
+def load_deployed_plan(inventory: str, topology: str | None) -> tuple[dict[str, Any], str]:
+    """(plan view, topology) of what a day-2 verb acts on: ``--topology`` when given, else what
+    the hosts record as deployed (:func:`deployed_topology`). Bad input exits 2 before any
+    host is read (:func:`load_plan`)."""
+    plan = load_plan(inventory, topology)
+    if topology:
+        return plan, topology
+    deployed = deployed_topology(inventory, plan["topology"])
+    return (plan if deployed == plan["topology"] else load_plan(inventory, deployed)), deployed
+
+
 def exit_if_plan_refused(result: runner.RunResult) -> None:
     """Exit 2 printing every problem when the run's plan play refused the inventory (bad
     input: the run stopped on the controller, no host contacted); else return."""
@@ -87,13 +114,21 @@ def _finish(result: runner.RunResult, plan: dict, console) -> None:
               help="As `glmops provision --no-reboot`: never reboot; a host whose new driver needs one fails its prechecks.")
 @click.option("--upgrade-driver", is_flag=True,
               help="As `glmops provision --upgrade-driver`: allow replacing an installed driver branch.")
-def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke, full, no_reboot, upgrade_driver):
+@click.option("--no-prune", is_flag=True,
+              help="Refuse (exit 1, nothing changed) when a host the last deploy used has left the Plan, "
+                   "instead of stopping and removing the deployment's units there.")
+def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke, full, no_reboot, upgrade_driver,
+           no_prune):
     """Read every host once (a host already exactly as the Plan wants, with its units
     healthy and its last deploy of this Plan recorded, is left alone), provision and check
     the others (as `glmops provision`; a failed precheck stops here with every host's
     report), install runtimes, place the Plan's services under systemd, start them in order
     (workers gated on /health 200 and a one-token request, then the router) and check the
-    endpoint."""
+    endpoint. A host the last recorded generation used that the Plan no longer has (a
+    smaller Plan, another topology, a host taken out of the groups) has this deployment's
+    units stopped and removed once the new Plan serves; a host the inventory no longer
+    names is reported (it cannot be reached). With --no-prune the deploy instead stops
+    before any change and exits 1 naming those hosts."""
     from glmops.commands.provision import ReportCollector, print_reports, reports
 
     console = _console()
@@ -108,7 +143,8 @@ def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke, 
                         _extravars(topology, glmops_provision=False if skip_provision else None,
                                    glmops_fast=False if full else None,
                                    nvidia_driver_reboot=False if no_reboot else None,
-                                   nvidia_driver_upgrade=True if upgrade_driver else None),
+                                   nvidia_driver_upgrade=True if upgrade_driver else None,
+                                   glmops_prune=False if no_prune else None),
                         check=check, diff=diff, limit=limit, console=console, on_event=collector)
     exit_if_plan_refused(result)
     plan = result.plan or {}
@@ -144,9 +180,10 @@ def serve(inventory, topology, check, diff, limit):
 @TOPOLOGY
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per service).")
 def status(inventory, topology, as_json):
-    """Per service: unit state, health, uptime, GPUs and URL. Exit 1 unless all serve."""
+    """Per service: unit state, health, uptime, GPUs and URL. Exit 1 unless all serve.
+    Without --topology: the topology recorded on the hosts by the last deploy."""
     console = _console()
-    plan = load_plan(inventory, topology)
+    plan, topology = load_deployed_plan(inventory, topology)
     result = runner.run("status", "status.yml", inventory, _extravars(topology),
                         console=make_console(stderr=True), quiet=True)
     rows = status_rows(plan, result)
@@ -227,8 +264,9 @@ def _select(plan: dict, service: str | None) -> list[dict]:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (ssh + journalctl -f).")
 @click.option("-n", "--lines", default=100, show_default=True, type=click.IntRange(1, 100000))
 def logs(inventory, topology, service, follow, lines):
-    """Journal lines of SERVICE (a service or unit name, a role or a host; default all)."""
-    plan = load_plan(inventory, topology)
+    """Journal lines of SERVICE (a service or unit name, a role or a host; default all).
+    Without --topology: the topology recorded on the hosts by the last deploy."""
+    plan, topology = load_deployed_plan(inventory, topology)
     picked = _select(plan, service)
     if follow:
         sys.exit(_follow(inventory, picked, lines))
@@ -294,9 +332,10 @@ def _follow(inventory: str, services: list[dict], lines: int) -> int:
 @click.option("--rolling", is_flag=True,
               help="One replica (agg) or pool (disagg) at a time, waiting for readiness in between.")
 def restart(inventory, topology, rolling):
-    """Restart the services: workers (gated), then the router."""
+    """Restart the services: workers (gated), then the router. Without --topology: the
+    topology recorded on the hosts by the last deploy."""
     console = _console()
-    plan = load_plan(inventory, topology)
+    plan, topology = load_deployed_plan(inventory, topology)
     if not rolling:
         result = runner.run("restart", "restart.yml", inventory, _extravars(topology), console=console)
         _finish(result, plan, console)
@@ -329,9 +368,10 @@ def rolling_steps(plan: dict) -> list[tuple[str, list[str]]]:
 @INVENTORY
 @TOPOLOGY
 def stop(inventory, topology):
-    """Stop the router, then the workers (units and files stay)."""
+    """Stop the router, then the workers (units and files stay). Without --topology: the
+    topology recorded on the hosts by the last deploy."""
     console = _console()
-    plan = load_plan(inventory, topology)
+    plan, topology = load_deployed_plan(inventory, topology)
     result = runner.run("stop", "stop.yml", inventory, _extravars(topology), console=console)
     _finish(result, plan, console)
 
@@ -343,12 +383,13 @@ def stop(inventory, topology):
 @click.option("--purge-checkpoints", is_flag=True, help="Also delete the downloaded checkpoint.")
 def destroy(inventory, topology, yes, purge_checkpoints):
     """Stop and remove every unit, env and config file of the deployment (checkpoints
-    stay unless --purge-checkpoints)."""
+    stay unless --purge-checkpoints). Without --topology: the topology recorded on the
+    hosts by the last deploy."""
     console = _console()
     if not yes:
         make_console(stderr=True).print("destroy removes units and env files: pass --yes to confirm")
         sys.exit(2)
-    plan = load_plan(inventory, topology)
+    plan, topology = load_deployed_plan(inventory, topology)
     result = runner.run("destroy", "destroy.yml", inventory,
                         _extravars(topology, glmops_purge_checkpoints=purge_checkpoints), console=console)
     _finish(result, plan, console)

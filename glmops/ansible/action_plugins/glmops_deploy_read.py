@@ -23,7 +23,11 @@ Returns (never changed; fails only when the host cannot be read):
   groups: the groups the host joins: ``glmops_apply`` (runtime, services, record plays)
   when not fast, ``glmops_provision`` (provision play) when this run provisions and the host
   is not fast or has NVIDIA roles enabled; report: the prechecks report; stdout: ``{"services":
-  [{unit, ready, fresh, reason}]}`` of the units that answered /health 200 (the CLI's table).
+  [{unit, ready, fresh, reason}]}`` of the units that answered /health 200 (the CLI's table);
+  recorded: ``{"current": N | None, "hosts": [{name, address, units}] | None}``: the host's
+  current generation of this deployment (``roles/generation``) and the hosts that generation's
+  Plan used (None when an older glmops recorded it without them): how the deploy finds the
+  hosts that left the Plan (:func:`glmops.generations.prune_candidates`).
 """
 from __future__ import annotations
 
@@ -82,6 +86,8 @@ class ActionModule(ActionBase):
                     bundle, host_plan.get("units", []), plan["unit_glob"], host_plan.get("target") or {},
                     plan["service_user"], plan["config_dir"], plan["state_dir"],
                     **({} if any(j[0] in _BUNDLES for j in jobs) else {"stamp": stamp, "current": current}))))
+        jobs.append(("records", hostread.script("generation", "glmops_generation.py"),
+                     ["list", "--dir", f"{deploystate.records_dir(plan['state_dir'], plan['deployment'])}/generations"]))
         skip = set(args.get("runtime_skip") or [])
         runtimes = [r for r in host_plan.get("runtimes", []) if r.get("engine") not in skip]
         probe = hostread.script("engine_runtime", "glmops_runtime_probe.py")
@@ -114,6 +120,7 @@ class ActionModule(ActionBase):
             services += doc.get("services", [])
             if "stamp" in doc and doc.get("stamp") is not None:
                 stamp_doc, current_doc = doc["stamp"], doc.get("current")
+        recorded = _recorded((read.get("records") or {}).get("json"))
         pairs = [(rt, (read.get(f"runtime{i}") or {}).get("json")) for i, rt in enumerate(runtimes)]
 
         code = deploystate.code_digest()
@@ -130,9 +137,21 @@ class ActionModule(ActionBase):
         groups = [] if fast else ["glmops_apply"]
         if provision and (not fast or roles["driver"] or roles["toolkit"]):
             groups.append("glmops_provision")
-        result.update(fast=fast, why=why, key=key, stamp_path=stamp, groups=groups, report=report,
+        result.update(fast=fast, why=why, key=key, stamp_path=stamp, groups=groups, report=report, recorded=recorded,
                       stdout=json.dumps({"services": services}),
                       msg=("in state: nothing to change" if fast else
                            "not in state: " + "; ".join(why[:5])
                            + (f"; and {len(why) - 5} more" if len(why) > 5 else "")))
         return result
+
+
+def _recorded(doc) -> dict:
+    """``{"current": N | None, "hosts": [...] | None}`` from ``glmops_generation.py list``'s answer."""
+    if not isinstance(doc, dict) or doc.get("failed"):
+        return {"current": None, "hosts": None}
+    cur = doc.get("current")
+    for g in doc.get("generations") or []:
+        if isinstance(g, dict) and g.get("number") == cur:
+            hosts = g.get("hosts")
+            return {"current": cur, "hosts": hosts if isinstance(hosts, list) else None}
+    return {"current": None, "hosts": None}

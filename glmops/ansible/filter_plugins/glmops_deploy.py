@@ -5,6 +5,10 @@
     -> argv of ``glmops_hostctl.py state`` (a list; quote each item)
 ``glmops_provision_roles(hardware, runtime, driver_enabled, toolkit_enabled)``
     -> ``{driver: bool, toolkit: bool}``
+``glmops_plan_hosts(plan)`` -> ``[{name, address, units}]`` (the generation manifest's ``hosts``)
+``glmops_prune_candidates(plan, recorded, inventory_hosts, group_hosts)`` -> ``{read, gone}``
+``glmops_departed(candidates, reads, prune, deployment)`` -> ``{prune, unreachable, gone, refuse, lines}``
+    (logic in glmops.generations: the hosts that left the Plan)
 """
 from __future__ import annotations
 
@@ -32,9 +36,28 @@ def _provision_roles(hardware, runtime=None, driver_enabled=None, toolkit_enable
         raise AnsibleFilterError(f"glmops_hardware: {exc}") from exc
 
 
+def _plan_hosts(plan):
+    from glmops.generations import plan_hosts
+
+    return plan_hosts(dict(plan))
+
+
+def _prune_candidates(plan, recorded, inventory_hosts, group_hosts):
+    from glmops.generations import prune_candidates
+
+    return prune_candidates(dict(plan), dict(recorded), list(inventory_hosts), list(group_hosts))
+
+
+def _departed(candidates, reads, prune, deployment):
+    from glmops.generations import departed
+
+    return departed(dict(candidates), dict(reads), bool(prune), str(deployment))
+
+
 class FilterModule:
     """glmops deploy filters (see the module docstring)."""
 
     def filters(self):
         return {"glmops_service_dirs": _service_dirs, "glmops_state_argv": _state_argv,
-                "glmops_provision_roles": _provision_roles}
+                "glmops_provision_roles": _provision_roles, "glmops_plan_hosts": _plan_hosts,
+                "glmops_prune_candidates": _prune_candidates, "glmops_departed": _departed}
