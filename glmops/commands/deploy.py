@@ -58,7 +58,7 @@ def deployed_topology(inventory: str, default: str) -> str:
     unread = [h for h in hosts if result.hosts.get(h) is None or result.hosts[h].state != "ok"]
     topology, line = G.deployed_topology(hist, default, unread)
     if line:
-        Console(stderr=True, highlight=False).print(line, markup=False, soft_wrap=True)
+        make_console(stderr=True, highlight=False).print(line, markup=False, soft_wrap=True)
     return topology
 
 
