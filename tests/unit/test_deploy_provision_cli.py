@@ -84,9 +84,10 @@ def test_no_precheck_table_when_every_host_passed(monkeypatch, tmp_path):
 def test_deploy_playbook_provisions_before_any_runtime_or_unit_play():
     plays = yaml.safe_load((REPO / "playbooks/deploy.yml").read_text())
     names = [p.get("ansible.builtin.import_playbook") or p.get("hosts") for p in plays]
-    # the Plan, the one read per host (changes nothing), then provision before anything else
-    assert names[:3] == ["plays/plan.yml", "plays/read.yml", "provision.yml"], names
-    imp = plays[2]["vars"]
+    # the Plan, the one read per host and the read of the hosts that left the Plan (both change
+    # nothing; --no-prune stops there), then provision before anything else
+    assert names[:4] == ["plays/plan.yml", "plays/read.yml", "plays/departed.yml", "provision.yml"], names
+    imp = plays[3]["vars"]
     assert imp["glmops_provision_fatal"] is True
     assert "groups['glmops_provision']" in imp["glmops_provision_hosts"]
     for book in ("provision.yml", "check.yml"):
