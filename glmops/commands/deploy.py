@@ -289,10 +289,13 @@ def restart(inventory, topology, rolling):
 
 
 def rolling_steps(plan: dict) -> list[tuple[str, list[str]]]:
-    """Restart steps: one per agg replica, one per disagg pool, then the front door."""
+    """Restart steps: one per discovery store member (never every member at once), one per agg
+    replica, one per disagg pool, then the front door."""
     steps: dict[str, list[str]] = {}
     for svc in plan["services"]:
-        if svc["pool"] == "router":
+        if svc["pool"] == "store":
+            key = f"store {svc['name']}"
+        elif svc["pool"] == "router":
             key = "router"
         elif svc["pool"] == "agg":
             key = f"agg replica {svc['replica']}"
