@@ -162,8 +162,14 @@ def status(inventory, topology, as_json):
         console.print(table)
         for failure in result.failures:
             console.print(f"failed {failure}", markup=False)
+        for r in rows:
+            if r.get("instances"):
+                have, want = r["instances"]["have"], r["instances"]["want"]
+                console.print(f"{r['service']}: {'?' if have is None else have} of {want} planned worker "
+                              "instance(s) registered", markup=False)
         console.print(f"endpoint: {plan['endpoint_url']}")
     healthy = result.ok and rows and all(r["state"] == "active" and r["health"] == 200 for r in rows)
+    healthy = healthy and all(r["instances"]["have"] == r["instances"]["want"] for r in rows if r.get("instances"))
     sys.exit(0 if healthy else 1)
 
 
@@ -186,8 +192,31 @@ def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
             "health": got["health"] if got else None,
             "uptime_s": got["uptime_s"] if got else None,
             "gpus": svc["gpus"], "url": svc["url"],
+            "instances": _instances(svc) if svc.get("instances") else None,
         })
     return rows
+
+
+def _instances(svc: dict) -> dict[str, Any]:
+    """``{have, want}``: the worker instances a front door that discovers its workers (Dynamo's
+    frontend) lists in its ``/health``, read from the controller, and the Plan's count (``have``
+    None when the frontend does not answer)."""
+    import urllib.error
+    import urllib.request
+
+    from glmops.engines import dynamo
+
+    try:
+        with urllib.request.urlopen(svc["health_url"], timeout=5) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:  # 503 without workers: the same document
+        try:
+            doc = json.loads(exc.read())
+        except (ValueError, OSError):
+            doc = None
+    except (OSError, ValueError):
+        doc = None
+    return {"have": len(dynamo.registered(doc)) if isinstance(doc, dict) else None, "want": int(svc["instances"])}
 
 
 def _select(plan: dict, service: str | None) -> list[dict]:
@@ -332,4 +361,8 @@ def destroy(inventory, topology, yes, purge_checkpoints):
     plan = load_plan(inventory, topology)
     result = runner.run("destroy", "destroy.yml", inventory,
                         _extravars(topology, glmops_purge_checkpoints=purge_checkpoints), console=console)
+    for svc in plan["services"]:
+        if svc["role"] == "store" and result.ok:  # the units are gone; the store's data is not
+            console.print(f"kept on {svc['host']}: {svc['name']}'s data under {plan['state_dir']}/{plan['deployment']}/ "
+                          "(remove it to start the discovery store empty)", markup=False)
     _finish(result, plan, console)

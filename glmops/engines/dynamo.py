@@ -200,6 +200,18 @@ def stores(ctx: Ctx, workers: list[Service]) -> list[Service]:
     return out
 
 
+def registered(health: dict, endpoint: str = "generate") -> list[dict]:
+    """The worker instances Dynamo's frontend lists in its ``/health`` document (1.6.1: an
+    ``instances`` array of ``{namespace, component, endpoint, instance_id, transport}``, one per
+    registered endpoint of a worker process; measured on the lab), the ``endpoint`` ones, once
+    per ``instance_id``. The host-side twin is roles/discovery_store/files/glmops_store_check.py."""
+    seen: dict[Any, dict] = {}
+    for inst in (health or {}).get("instances") or []:
+        if isinstance(inst, dict) and inst.get("endpoint") == endpoint:
+            seen.setdefault(inst.get("instance_id"), inst)
+    return list(seen.values())
+
+
 def plane_problems(dep) -> list[tuple[str, str, str]]:
     """(path, key, value) of every per-pool or deployment-wide override of a plane or a store
     address (``env`` ``DYN_REQUEST_PLANE``/``DYN_EVENT_PLANE``/``DYN_DISCOVERY_BACKEND``/

@@ -9,6 +9,9 @@ stranger (no worker starts, the store's unit is named), the deploy, the two regi
 instances, a completion with text, KV routing across hosts, a changed=0 redeploy, then each
 component restarted alone (``systemctl restart`` and ``kill -9``) with the time until the
 endpoint serves again with both workers registered. Own lab ``etcde2e`` on 10.77.130.0/24.
+Day 2 at the end: ``status`` shows the store and the registered count, ``restart --rolling``
+restarts the store member in a step of its own before the workers, ``destroy`` removes the store's
+unit and says that its data stays.
 Marks ``lab`` (root + systemd-nspawn) and ``vllm`` (the cached wheel sets).
 """
 from __future__ import annotations
@@ -230,3 +233,32 @@ def test_each_component_restarted_alone_comes_back_with_every_worker(lab, deploy
     seconds = _recovered(lab, since, host, unit, pid, old_ids)
     TIMES[f"recover {unit[len(f'glm-{DEP}-'):-len('.service')]} {how}"] = seconds
     print(f"\n{unit} {how}: serving with both workers after {seconds:.1f} s")
+
+
+def test_status_shows_the_store_and_both_registered_workers(lab, inventory, deployed):
+    res = D.glmops("status", "-i", str(inventory), "--json", timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    rows = {r["unit"]: r for r in json.loads(res.stdout)["services"]}
+    assert rows[STORE_UNIT]["role"] == "store" and rows[STORE_UNIT]["health"] == 200, rows
+    assert rows[UNITS["lab-3"]]["instances"] == {"have": 2, "want": 2}, rows
+    text = D.glmops("status", "-i", str(inventory), timeout=300).stdout
+    assert "glm-lab-dynamo-etcd-frontend: 2 of 2 planned worker instance(s) registered" in text, text[-2000:]
+
+
+def test_rolling_restart_restarts_the_store_member_alone_first(lab, inventory, deployed):
+    start = time.monotonic()
+    res = D.glmops("restart", "-i", str(inventory), "--rolling", timeout=900)
+    TIMES["rolling restart"] = time.monotonic() - start
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    steps = re.findall(r"restart step (.+?): (.+)", res.stdout)
+    assert steps[0] == (f"store glm-{DEP}-etcd-0", STORE_UNIT), steps
+    assert [s for s, _ in steps][-1] == "router" and len(_generate_instances(lab)) == 2
+
+
+def test_destroy_removes_the_store_unit_and_says_its_data_stays(lab, inventory, deployed):
+    res = D.glmops("destroy", "-i", str(inventory), "--yes", timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert f"kept on lab-3: glm-{DEP}-etcd-0's data under /var/lib/glmops/{DEP}/" in res.stdout, res.stdout[-2000:]
+    out = D.ssh(lab, "lab-3", f"test -e /etc/systemd/system/{STORE_UNIT}; echo $?; systemctl is-active {STORE_UNIT};"
+                f" ls /var/lib/glmops/{DEP}/").stdout.split()
+    assert out[:2] == ["1", "inactive"] and f"glm-{DEP}-etcd-0" in out[2:], out

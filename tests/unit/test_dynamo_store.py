@@ -218,3 +218,95 @@ def test_the_view_groups_store_hosts_and_the_frontend_waits_for_every_worker(tmp
     steps = rolling_steps(v)
     assert [s for s, _ in steps][:3] == [f"store glm-lab-dynamo-etcd-etcd-{i}" for i in range(3)]
     assert all(len(units) == 1 for _, units in steps[:3]) and steps[-1][0] == "router"
+
+
+def _frontend(doc: dict, status: int = 200):
+    """A stdlib HTTP server answering GET /health with ``doc`` (Dynamo 1.6.1's frontend shape,
+    as the lab measured it: ``instances`` with endpoint, instance_id, transport)."""
+    import http.server
+    import json
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def _inst(i: int, endpoint: str = "generate") -> dict:
+    return {"namespace": "dynamo", "component": "backend", "endpoint": endpoint, "instance_id": i,
+            "transport": {"tcp": f"10.77.0.1{i}:4000/x"}}
+
+
+@pytest.mark.parametrize("listed,want_ok", [([_inst(1), _inst(2), _inst(2, "clear_kv_blocks")], True),
+                                            ([_inst(1), _inst(1, "clear_kv_blocks")], False)])
+def test_status_counts_the_registered_workers_and_fails_short_of_the_plan(tmp_path, listed, want_ok):
+    from glmops import runner
+    from glmops.commands.deploy import status_rows
+
+    srv = _frontend({"status": "healthy", "instances": listed}, 200 if want_ok else 503)
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/health"
+        plan = {"services": [{"host": "lab-3", "name": "glm-x-frontend", "unit": "glm-x-frontend.service",
+                              "role": "frontend", "gpus": [], "url": url[:-7], "health_url": url, "instances": 2}]}
+        result = runner.RunResult(verb="status", rc=0, status="successful", artifacts=tmp_path, seconds=0.1,
+                                  services=[{"host": "lab-3", "unit": "glm-x-frontend.service", "active": "active",
+                                             "sub": "running", "pid": 7, "restarts": 0, "health": 200,
+                                             "uptime_s": 3.0}])
+        (row,) = status_rows(plan, result)
+    finally:
+        srv.shutdown()
+    assert row["instances"] == {"have": 2 if want_ok else 1, "want": 2}
+
+
+STORE_CHECK = ROOT / "roles" / "discovery_store" / "files" / "glmops_store_check.py"
+
+
+def _check(*args: str):
+    import json
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(STORE_CHECK), *args], capture_output=True, text=True, timeout=60)
+    return res.returncode, json.loads(res.stdout)
+
+
+def test_host_check_registered_waits_for_the_plans_count():
+    srv = _frontend({"instances": [_inst(1), _inst(2)]})
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/health"
+        assert _check("registered", "--timeout", "0", "--url", url, "--want", "2")[0] == 0
+        rc, doc = _check("registered", "--timeout", "1", "--url", url, "--want", "3")
+        assert rc == 1 and doc["have"] == 2 and "lists 2 generate instance(s), the Plan has 3" in doc["reason"]
+    finally:
+        srv.shutdown()
+
+
+def test_host_check_ports_names_the_stranger_and_reach_names_the_unit():
+    import socket
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    try:
+        rc, doc = _check("ports", "--port", f"127.0.0.1:{port}=glm-x-etcd-0.service")
+        assert rc == 1 and f"port {port} on 127.0.0.1 is taken" in doc["ports"][0]["reason"]
+        assert "not by glm-x-etcd-0.service" in doc["ports"][0]["reason"]
+        assert _check("reach", "--timeout", "0", "--endpoint", f"glm-x-etcd-0.service|127.0.0.1|{port}")[0] == 0
+    finally:
+        held.close()
+    assert _check("ports", "--port", f"127.0.0.1:{port}=glm-x-etcd-0.service")[0] == 0
+    rc, doc = _check("reach", "--timeout", "0", "--endpoint", f"glm-x-etcd-0.service|127.0.0.1|{port}")
+    assert rc == 1 and "glm-x-etcd-0.service" in doc["endpoints"][0]["reason"]
