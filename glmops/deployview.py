@@ -11,13 +11,15 @@ validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan
      unit_glob,                         # glm-<dep>-*.service: what belongs to this deployment
      services: [service view],          # all, in start order
      hosts: {host: {units: [unit], runtimes: [{engine, version, venv | mode+image+tag, pins}], target: file + {name},
-                    workers: bundle, routers: bundle}},
+                    stores: bundle, workers: bundle, routers: bundle}},
        bundle: {services: [service view], files: [file], secret_files: [file]}
-     worker_hosts: [host], router_hosts: [host]}
+     worker_hosts: [host], router_hosts: [host], store_hosts: [host],
+     stores: [{unit, host, address, port, engine}]}   # Dynamo's discovery store members (and NATS)
 
     service view: {name, unit, host, role, pool, engine, address, port, url, gpus,
                    health_url, ready_url, start_order, replica, runtime, image,
                    paths: [every file path the unit depends on, unit file first],
+                   instances: worker instances a front door must list before it is ready (0: not checked),
                    runtime_marker: the venv's install marker ("" unless venv runtime)}
     file:         {path, content (str), mode, owner, group, service, sha256}
 
@@ -110,6 +112,10 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         "hosts": {},
         "worker_hosts": [],
         "router_hosts": [],
+        "store_hosts": [],
+        # Dynamo's discovery store: {unit, client} per member (the workers' reachability precheck)
+        "stores": [{"unit": s.unit, "host": s.host, "address": s.address, "port": s.port,
+                    "engine": s.engine} for s in plan.services if s.role == "store"],
     }
     ordered = sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name))
     for svc in ordered:
@@ -125,15 +131,23 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
             tfile = _file(f"{UNIT_DIR}/{target}", render.target_text(dep, plan, svc.host), "0644", "root", "")
             tfile["name"] = target
             host = out["hosts"][svc.host] = {
-                "units": [], "runtimes": [], "target": tfile, "workers": _bundle(), "routers": _bundle()}
+                "units": [], "runtimes": [], "store_packages": [], "target": tfile, "stores": _bundle(), "workers": _bundle(),
+                "routers": _bundle()}
         if runtime and runtime not in host["runtimes"]:
             host["runtimes"].append(runtime)
-        kind = "routers" if svc.start_order >= ROUTER_ORDER else "workers"
+        if svc.role == "store":  # Debian packages (catalog engines.etcd / engines.nats), not venvs
+            from glmops.engines.base import CATALOG
+
+            entry = CATALOG.engine(svc.engine)
+            pkg = {"name": str(entry.get("package") or svc.engine), "unit": str(entry.get("package_unit") or "")}
+            if pkg not in host["store_packages"]:
+                host["store_packages"].append(pkg)
+        kind = "stores" if svc.role == "store" else "routers" if svc.start_order >= ROUTER_ORDER else "workers"
         host["units"].append(svc.unit)
         host[kind]["services"].append(sview)
         host[kind]["files"].extend(files)
         host[kind]["secret_files"].extend(secrets)
-        group = "router_hosts" if kind == "routers" else "worker_hosts"
+        group = {"routers": "router_hosts", "stores": "store_hosts"}.get(kind, "worker_hosts")
         if svc.host not in out[group]:
             out[group].append(svc.host)
     return out
@@ -176,7 +190,7 @@ def _service_view(svc: Service, paths: list[str]) -> dict[str, Any]:
         "unit": svc.unit,
         "host": svc.host,
         "role": svc.role,
-        "pool": svc.role if svc.role in ("agg", "prefill", "decode") else "router",
+        "pool": svc.role if svc.role in ("agg", "prefill", "decode", "store") else "router",
         "engine": svc.engine,
         "address": svc.address,
         "port": svc.port,
@@ -189,6 +203,8 @@ def _service_view(svc: Service, paths: list[str]) -> dict[str, Any]:
         "runtime": svc.runtime,
         "image": svc.image,
         "paths": paths,
+        "ports": {k: list(v) for k, v in svc.ports.items()},
+        "instances": svc.instances,
     }
 
 

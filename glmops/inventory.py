@@ -626,6 +626,10 @@ def _load_deployment(
             "workers": [h.name for h in workers],
             "routers": routers,
             "dynamo_backend": v["glmops_dynamo_backend"],
+            "dynamo_etcd_hosts": _expand_hosts(v["glmops_dynamo_etcd_hosts"] or [], inventory, r,
+                                               src("glmops_dynamo_etcd_hosts")),
+            "dynamo_request_plane": v["glmops_dynamo_request_plane"],
+            "dynamo_event_plane": v["glmops_dynamo_event_plane"],
             "image": v["glmops_image"],
             "pip_extra": v["glmops_pip_extra"] or [],
             "layout": (layout or {}).get("id"),
@@ -645,7 +649,9 @@ _FIELD_VARS = {
     "speculative": "glmops_speculative", "multimodal": "glmops_multimodal", "engine_args": "glmops_engine_args",
     "engine_config": "glmops_engine_config", "env": "glmops_env", "checkpoint": "glmops_checkpoint",
     "service_user": "glmops_service_user", "readiness_timeout_s": "glmops_readiness_timeout_s",
-    "dynamo_backend": "glmops_dynamo_backend", "pip_extra": "glmops_pip_extra", "image": "glmops_image",
+    "dynamo_backend": "glmops_dynamo_backend", "dynamo_etcd_hosts": "glmops_dynamo_etcd_hosts",
+    "dynamo_request_plane": "glmops_dynamo_request_plane", "dynamo_event_plane": "glmops_dynamo_event_plane",
+    "pip_extra": "glmops_pip_extra", "image": "glmops_image",
     "topologies": "glmops_topologies",
 }
 

@@ -17,7 +17,7 @@ Topology = Literal["agg", "disagg"]
 # Pool roles use vLLM/SGLang names; TensorRT-LLM calls prefill "context" and
 # decode "generation" (seed 000) and its engine module maps them.
 PoolRole = Literal["agg", "prefill", "decode"]
-ServiceRole = Literal["agg", "prefill", "decode", "router", "orchestrator", "frontend"]
+ServiceRole = Literal["agg", "prefill", "decode", "router", "orchestrator", "frontend", "store"]
 Runtime = Literal["venv", "container"]
 
 
@@ -209,7 +209,10 @@ class Service:
     ...; per-rank ranges expanded), for collision checks. ``health_url`` is the
     engine's own ``/health``; readiness is that 200 and then a one-token request
     to ``ready_url`` (never ``/v1/models``, F13). ``start_order``: lower starts
-    first; workers 10, followers 5, router/orchestrator/frontend 50.
+    first; stores 1 (Dynamo's discovery store), workers 10, followers 5,
+    router/orchestrator/frontend 50. ``instances``: a front door that discovers its workers
+    (Dynamo's frontend) counts as ready only when its ``/health`` lists this many worker
+    instances (0: not checked).
     """
 
     name: str
@@ -232,6 +235,7 @@ class Service:
     depends_on: list[str] = field(default_factory=list)
     runtime: Runtime = "venv"
     image: str = ""
+    instances: int = 0
 
     @property
     def unit(self) -> str:

@@ -252,6 +252,11 @@ def _build(dep: Deployment) -> Plan:
                                            "trtllm-disaggregated, sglang-router, dynamo")])
         rmod = importlib.import_module(f"glmops.engines.{rmod_name}")
         front = rmod.router(ctx, workers)
+    # services the workers need before they start (Dynamo's discovery store): start order 1,
+    # each worker and front door starts after the ones on its own host (After=)
+    stores: list[Service] = mod.stores(ctx, workers) if hasattr(mod, "stores") else []
+    for svc in workers + front:
+        svc.depends_on += [s.name for s in stores]
     if front:
         endpoint = base.url(front[0].address, front[0].port)
     else:
@@ -260,16 +265,16 @@ def _build(dep: Deployment) -> Plan:
     timeout = base.checkpoint_timeout_s(dep)
     notes = list(ctx.notes)
     notes.append(f"start timeout per worker: {timeout} s (checkpoint {dep.checkpoint.size_gib:g} GiB)")
-    missing = sorted({s.engine for s in workers + front if s.runtime == "container" and not s.image})
+    missing = sorted({s.engine for s in workers + front if s.runtime == "container" and not s.image})  # stores: Debian packages
     if missing:
         notes.append(f"container runtime but no image for {', '.join(missing)}: set glmops_image "
                      "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
-    for svc in workers + front:
+    for svc in stores + workers + front:
         _plain_service(svc)
     return Plan(
         deployment=str(dep.name), model=str(dep.model), served_model_name=str(dep.served_model_name),
         engine=str(dep.engine),
-        topology=dep.topology, endpoint_url=endpoint, services=workers + front,
+        topology=dep.topology, endpoint_url=endpoint, services=stores + workers + front,
         smoke=[f"{endpoint}/v1/completions", f"{endpoint}/v1/chat/completions", f"{endpoint}/health"],
         notes=notes,
     )

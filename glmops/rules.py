@@ -199,6 +199,7 @@ def check(dep: Deployment) -> list[Problem]:
     _check_side_channels(dep, out)
     _check_router_policy(dep, cat, out)
     _check_engine_flags(dep, cat, out)
+    _check_dynamo_planes(dep, cat, out)
     return _dedupe(out)
 
 
@@ -446,6 +447,35 @@ def _check_engine_flags(dep: Deployment, cat: Any, out: list[Problem]) -> None:
         _check_flag_keys(dep, data, [(F.load("trtllm-llm-api"), None)], trtllm.CONFIG_OWNED, dep.engine_version,
                          where, lambda k, b=key_base: _src(dep, f"{b}.{k}", b), "engine config key",
                          {"pool": pool_var, "router": rpath}, out)
+
+
+def _check_dynamo_planes(dep: Deployment, cat: Any, out: list[Problem]) -> None:
+    """F20: Dynamo's planes and discovery are set once, by glmops, for the frontend and every
+    worker: an env override (``DYN_REQUEST_PLANE`` ... ``ETCD_ENDPOINTS``, per pool also
+    ``DYN_FILE_KV``) or a ``response-plane`` flag is refused; ``glmops_dynamo_etcd_hosts``
+    names an accepted member count (catalog ``engines.etcd.members``) of distinct hosts."""
+    if dep.engine != "dynamo":
+        if dep.extra.get("dynamo_etcd_hosts"):
+            _problem(out, "DYNAMO_ONLY", _src(dep, "dynamo_etcd_hosts", "glmops_dynamo_etcd_hosts"),
+                     f"glmops_dynamo_etcd_hosts is set but glmops_engine is {dep.engine!r}; accepted: only with engine dynamo")
+        return
+    from glmops.engines import dynamo
+
+    for path, key, value in dynamo.plane_problems(dep):
+        what = "flag" if key.lstrip("-") == "response-plane" else "env"
+        _problem(out, "F20_DYNAMO_PLANES", f"{path}.{key}",
+                 f"{what} {key}={value!r} would set a Dynamo plane or store address for part of the deployment; "
+                 "accepted: none (glmops renders --request-plane/--event-plane/--discovery-backend and "
+                 "ETCD_ENDPOINTS once, the same on the frontend and every worker)",
+                 "choose planes with glmops_dynamo_request_plane (tcp, nats) and glmops_dynamo_event_plane "
+                 "(zmq, nats), store hosts with glmops_dynamo_etcd_hosts")
+    hosts = [str(h) for h in dep.extra.get("dynamo_etcd_hosts") or []]
+    if hosts:
+        accepted = [int(n) for n in (cat.engines.get("etcd") or {}).get("members") or [1, 3, 5]]
+        if len(hosts) not in accepted or len(set(hosts)) != len(hosts):
+            _problem(out, "DYNAMO_ETCD_HOSTS", _src(dep, "dynamo_etcd_hosts", "glmops_dynamo_etcd_hosts"),
+                     f"glmops_dynamo_etcd_hosts names {len(hosts)} host(s) {hosts}; accepted: "
+                     f"{', '.join(map(str, accepted))} distinct hosts (an odd etcd cluster: 3 survive one failed host)")
 
 
 def _dedupe(problems: Iterable[Problem]) -> list[Problem]:

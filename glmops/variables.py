@@ -37,6 +37,17 @@ VARIABLES: dict[str, Var] = {
     "glmops_dynamo_backend": Var("str", "Workers behind the Dynamo frontend (`Deployment.extra['dynamo_backend']`; "
                                  "`mocker`: Dynamo's simulated worker, `cpu` hardware only).",
                                  default="vllm", choices=("vllm", "sglang", "mocker")),
+    "glmops_dynamo_etcd_hosts": Var("list", "Hosts (or groups) that run Dynamo's discovery store, etcd from Debian's "
+                                    "`etcd-server`, when the services span hosts: 1 member, or 3 or 5 so the store "
+                                    "survives a failed host. Every `ETCD_ENDPOINTS` names them all "
+                                    "(`Deployment.extra['dynamo_etcd_hosts']`).", elements="str",
+                                    shown_default="the front door's host"),
+    "glmops_dynamo_request_plane": Var("str", "Dynamo request plane, set once for the frontend and every worker "
+                                       "(`--request-plane`; `nats` deploys Debian's `nats-server` on the front door's host).",
+                                       default="tcp", choices=("tcp", "nats")),
+    "glmops_dynamo_event_plane": Var("str", "Dynamo KV event plane, set once for the frontend and every worker "
+                                     "(`--event-plane`; `nats` deploys Debian's `nats-server` on the front door's host).",
+                                     default="zmq", choices=("zmq", "nats")),
     "glmops_engine_version": Var("str", "Engine version; must be >= the catalog `min_version` (and `min_version_by_model`).",
                                  shown_default="catalog `engines.<engine>.version`"),
     "glmops_image": Var("str", "Container image override (`Deployment.extra['image']`).",

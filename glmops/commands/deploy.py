@@ -206,13 +206,22 @@ def status(inventory, topology, as_json):
                     console.print(f"first error: {r['first_error']}", markup=False, highlight=False, soft_wrap=True)
                 console.print(r["journal"].rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
     healthy = bool(result.ok and rows and all(r["state"] == "active" and r["health"] == 200 for r in rows))
+    healthy = healthy and all(r["instances"]["have"] == r["instances"]["want"] for r in rows if r.get("instances"))
     if not as_json:
+        for r in rows:
+            if r.get("instances"):
+                have, want = r["instances"]["have"], r["instances"]["want"]
+                console.print(f"{r['service']}: {'?' if have is None else have} of {want} planned worker "
+                              "instance(s) registered", markup=False)
         for failure in result.failures:
             console.print(f"failed {failure}", markup=False)
         if healthy:  # every service active with /health 200
             console.print(f"endpoint: {plan['endpoint_url']}", markup=False)
         bad = [f"{r['host']} {r['service']} ({r['state']}, health {r['health']})" for r in rows
                if not (r["state"] == "active" and r["health"] == 200)]
+        short = [f"{r['service']} ({r['instances']['have']} of {r['instances']['want']} instances registered)"
+                 for r in rows if r.get("instances") and r["instances"]["have"] != r["instances"]["want"]]
+        bad += short
         runner.finish(console, result, 0 if healthy else 1, ", ".join(bad) if bad and not healthy else "")
     sys.exit(0 if healthy else 1)
 
@@ -240,8 +249,31 @@ def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
             "gpus": svc["gpus"], "url": svc["url"],
             "first_error": got.get("first_error", "") if got else "",
             "journal": got.get("journal", "") if got else "",
+            "instances": _instances(svc) if svc.get("instances") else None,
         })
     return rows
+
+
+def _instances(svc: dict) -> dict[str, Any]:
+    """``{have, want}``: the worker instances a front door that discovers its workers (Dynamo's
+    frontend) lists in its ``/health``, read from the controller, and the Plan's count (``have``
+    None when the frontend does not answer)."""
+    import urllib.error
+    import urllib.request
+
+    from glmops.engines import dynamo
+
+    try:
+        with urllib.request.urlopen(svc["health_url"], timeout=5) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:  # 503 without workers: the same document
+        try:
+            doc = json.loads(exc.read())
+        except (ValueError, OSError):
+            doc = None
+    except (OSError, ValueError):
+        doc = None
+    return {"have": len(dynamo.registered(doc)) if isinstance(doc, dict) else None, "want": int(svc["instances"])}
 
 
 def _select(plan: dict, service: str | None) -> list[dict]:
@@ -350,10 +382,13 @@ def restart(inventory, topology, rolling):
 
 
 def rolling_steps(plan: dict) -> list[tuple[str, list[str]]]:
-    """Restart steps: one per agg replica, one per disagg pool, then the front door."""
+    """Restart steps: one per discovery store member (never every member at once), one per agg
+    replica, one per disagg pool, then the front door."""
     steps: dict[str, list[str]] = {}
     for svc in plan["services"]:
-        if svc["pool"] == "router":
+        if svc["pool"] == "store":
+            key = f"store {svc['name']}"
+        elif svc["pool"] == "router":
             key = "router"
         elif svc["pool"] == "agg":
             key = f"agg replica {svc['replica']}"
@@ -392,4 +427,8 @@ def destroy(inventory, topology, yes, purge_checkpoints):
     plan, topology = load_deployed_plan(inventory, topology)
     result = runner.run("destroy", "destroy.yml", inventory,
                         _extravars(topology, glmops_purge_checkpoints=purge_checkpoints), console=console)
+    for svc in plan["services"]:
+        if svc["role"] == "store" and result.ok:  # the units are gone; the store's data is not
+            console.print(f"kept on {svc['host']}: {svc['name']}'s data under {plan['state_dir']}/{plan['deployment']}/ "
+                          "(remove it to start the discovery store empty)", markup=False)
     _finish(result, plan, console)

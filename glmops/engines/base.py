@@ -24,6 +24,7 @@ from glmops.model import Deployment, HostSpec, PoolSpec
 
 
 # Start order (lower first), see glmops.model.Service.
+ORDER_STORE = 1  # Dynamo's discovery store (etcd) and NATS: before every worker
 ORDER_FOLLOWER = 5
 ORDER_WORKER = 10
 ORDER_FRONT = 50

@@ -49,40 +49,189 @@ MOCKER_OWNED = {
     "data-parallel-size": "{pool}.dp",
     **{k: v for k, v in WORKER_OWNED.items() if k != "kv-events-config"},
 }
+#: every flag of the store units (etcd 3.4, nats-server 2.9): glmops's own, no user input reaches them
+STORE_OWNED = {f: "the Plan's discovery store member (glmops_dynamo_etcd_hosts, inventory address)" for f in (
+    "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-peer-urls",
+    "initial-advertise-peer-urls", "initial-cluster", "initial-cluster-token", "initial-cluster-state",
+    "addr", "port", "http_port", "jetstream", "store_dir")}
 ADVERTISE_VARS = ("DYN_TCP_RPC_HOST", "DYN_EVENT_PLANE_HOST", "DYN_TCP_RESPONSE_STREAM_HOST",
                   "DYN_HTTP_RPC_HOST", "DYN_SYSTEM_HOST")
 
 
+#: the plane flags set once for the whole deployment (frontend and every worker) and their env twins
+#: (ai-dynamo 1.6.1 dynamo/common/configuration/groups/runtime_args.py: each flag's ``env_var``; catalog
+#: ``engines.etcd``/``engines.nats`` sources); "as flags or env, never both" (F20): glmops renders flags
+PLANE_ENV = {"DYN_DISCOVERY_BACKEND": "discovery-backend", "DYN_REQUEST_PLANE": "request-plane",
+             "DYN_EVENT_PLANE": "event-plane", "DYN_RESPONSE_PLANE": "response-plane"}
+#: where the stores are: glmops sets these from the Plan's store members
+STORE_ENV = ("ETCD_ENDPOINTS", "NATS_SERVER")
+ROLE_STORE = "store"
+
+
+def planes(dep) -> dict[str, str]:
+    """``{request-plane, event-plane}`` for the whole deployment: ``glmops_dynamo_request_plane``
+    (tcp | nats, default tcp) and ``glmops_dynamo_event_plane`` (zmq | nats, default zmq)."""
+    return {"request-plane": str(dep.extra.get("dynamo_request_plane") or "tcp"),
+            "event-plane": str(dep.extra.get("dynamo_event_plane") or "zmq")}
+
+
+def uses_nats(dep) -> bool:
+    """True when a plane the user selected is NATS (then the Plan deploys ``nats-server``)."""
+    return "nats" in planes(dep).values()
+
+
+def store_hosts(ctx: Ctx) -> list[str]:
+    """The etcd members' hosts: ``glmops_dynamo_etcd_hosts`` (inventory order), else the front door's host."""
+    named = [str(h) for h in ctx.dep.extra.get("dynamo_etcd_hosts") or [] if str(h) in ctx.dep.hosts]
+    return named or [ctx.front_host]
+
+
+def _store_port(key: str, purpose: str) -> int:
+    return int(CATALOG.engine(key)["ports"][purpose])
+
+
+def backend_kind(ctx: Ctx) -> str:
+    """``file`` or ``etcd`` (see :func:`discovery`)."""
+    if ctx.dep.env.get("DYN_FILE_KV"):
+        return "file"
+    if len(ctx.hosts_used) <= 1 and not ctx.dep.extra.get("dynamo_etcd_hosts"):
+        return "file"
+    return "etcd"
+
+
+def etcd_endpoints(ctx: Ctx) -> str:
+    """``ETCD_ENDPOINTS``: every planned member's client URL, comma separated."""
+    return ",".join(base.url(ctx.dep.hosts[h].address, _store_port("etcd", "client")) for h in store_hosts(ctx))
+
+
+def nats_server(ctx: Ctx) -> str:
+    """``NATS_SERVER``: the NATS broker on the front door's host."""
+    return f"nats://{ctx.dep.hosts[ctx.front_host].address}:{_store_port('nats', 'client')}"
+
+
 def discovery(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
-    """Flags and env for discovery. ``DYN_FILE_KV`` in ``glmops_env``: ``file`` in that
-    directory, which must be one directory every host mounts (the lab's shared bind);
-    else ``file`` under the state dir when every service is on one host; otherwise etcd on
-    the front door's host (``ETCD_ENDPOINTS``). Requests over TCP, events over ZMQ (1.6.1
-    defaults, no NATS)."""
+    """Flags and env for the planes, decided once for the frontend and every worker (F20).
+    ``DYN_FILE_KV`` in ``glmops_env``: ``file`` in that directory, which must be one directory
+    every host mounts (the lab's shared bind); else ``file`` under the state dir when every
+    service is on one host and no store host is named; otherwise etcd (``ETCD_ENDPOINTS``
+    naming every member of the Plan's store, :func:`stores`). Request and event planes from
+    :func:`planes` (1.6.1 defaults tcp and zmq need no NATS); ``NATS_SERVER`` only when one is nats."""
     dep = ctx.dep
-    flags: dict[str, Any] = {"request-plane": "tcp", "event-plane": "zmq"}
-    shared = str(dep.env.get("DYN_FILE_KV") or "")
-    if shared:
-        flags["discovery-backend"] = "file"
-        env = {"DYN_FILE_KV": shared}
-    elif len(ctx.hosts_used) <= 1:
-        flags["discovery-backend"] = "file"
-        env = {"DYN_FILE_KV": f"{dep.state_dir}/{dep.name}/dynamo-kv"}
+    flags: dict[str, Any] = dict(planes(dep))
+    kind = backend_kind(ctx)
+    flags["discovery-backend"] = kind
+    if kind == "file":
+        env = {"DYN_FILE_KV": str(dep.env.get("DYN_FILE_KV") or f"{dep.state_dir}/{dep.name}/dynamo-kv")}
     else:
-        flags["discovery-backend"] = "etcd"
-        front = dep.hosts[ctx.front_host]
-        env = {"ETCD_ENDPOINTS": base.url(front.address, base.PORT_BASES["etcd"])}
+        env = {"ETCD_ENDPOINTS": etcd_endpoints(ctx)}
+    if uses_nats(dep):
+        env["NATS_SERVER"] = nats_server(ctx)
     return flags, env
 
 
-def discovery_note(ctx: Ctx) -> str:
-    """One Plan note saying where workers and frontend meet (see :func:`discovery`)."""
+def discovery_note(ctx: Ctx) -> list[str]:
+    """Plan notes: where workers and frontend meet, which planes and why no NATS, who may reach the store."""
     flags, env = discovery(ctx)
+    pl = planes(ctx.dep)
+    notes = []
     if flags["discovery-backend"] == "file":
-        where = env["DYN_FILE_KV"]
         shared = " (one directory shared by every host)" if len(ctx.hosts_used) > 1 else ""
-        return f"dynamo discovery: file store {where}{shared}"
-    return f"dynamo discovery: etcd on {ctx.front_host}:{base.PORT_BASES['etcd']}"
+        notes.append(f"dynamo discovery: file store {env['DYN_FILE_KV']}{shared}")
+    else:
+        members = ", ".join(f"{h}:{_store_port('etcd', 'client')}" for h in store_hosts(ctx))
+        notes.append(f"dynamo discovery: etcd ({len(store_hosts(ctx))} member(s): {members}), started and "
+                     "gated before any worker; ETCD_ENDPOINTS names every member")
+        clients = sorted({ctx.dep.hosts[h].address for h in ctx.hosts_used})
+        notes.append("dynamo store access: etcd listens only on its members' inventory addresses (client "
+                     f"{_store_port('etcd', 'client')}, peer {_store_port('etcd', 'peer')}, no TLS); only "
+                     f"these hosts need to reach it: {', '.join(clients)} - firewall the ports for every other "
+                     "address (README: Dynamo across hosts)")
+    if uses_nats(ctx.dep):
+        notes.append(f"dynamo planes: request {pl['request-plane']}, event {pl['event-plane']}: NATS "
+                     f"({env['NATS_SERVER']}) deployed and gated before any worker")
+    else:
+        notes.append(f"dynamo planes: request {pl['request-plane']}, event {pl['event-plane']} "
+                     "(set once for the frontend and every worker): no NATS needed")
+    return notes
+
+
+def stores(ctx: Ctx, workers: list[Service]) -> list[Service]:
+    """The discovery store's services (start order 1, before every worker): one etcd
+    member per :func:`store_hosts` host when discovery is etcd, plus ``nats-server`` on the
+    front door's host when a plane is NATS. Each binds its client and peer ports to the
+    host's inventory address only (never 0.0.0.0), keeps its data in the deployment's state
+    dir (``<state_dir>/<dep>/etcd-<member>``) and is gated on its own health URL (etcd
+    ``/health``, NATS ``/healthz``). Debian packages ``etcd-server`` / ``nats-server``
+    (catalog ``engines.etcd`` / ``engines.nats``)."""
+    dep = ctx.dep
+    out: list[Service] = []
+    if backend_kind(ctx) == "etcd":
+        etcd = CATALOG.engine("etcd")
+        client, peer = _store_port("etcd", "client"), _store_port("etcd", "peer")
+        members = store_hosts(ctx)
+        names = {h: base.service_name(dep, "etcd", i) for i, h in enumerate(members)}
+        cluster = ",".join(f"{names[h]}={base.url(dep.hosts[h].address, peer)}" for h in members)
+        for i, h in enumerate(members):
+            addr = dep.hosts[h].address
+            ports = {"client": ctx.alloc(h).take(client, 1, want=client),
+                     "peer": ctx.alloc(h).take(peer, 1, want=peer)}
+            argv = [str(etcd["binary"]), "--name", names[h], "--data-dir", f"{dep.state_dir}/{dep.name}/{names[h]}",
+                    "--listen-client-urls", base.url(addr, client), "--advertise-client-urls", base.url(addr, client),
+                    "--listen-peer-urls", base.url(addr, peer), "--initial-advertise-peer-urls", base.url(addr, peer),
+                    "--initial-cluster", cluster, "--initial-cluster-token", f"glm-{dep.name}",
+                    "--initial-cluster-state", "new"]
+            out.append(Service(
+                name=names[h], host=h, role=ROLE_STORE, engine="etcd", address=addr, port=client, ports=ports,
+                argv=argv, env={}, health_url=base.url(addr, client, str(etcd.get("health_path") or "/health")),
+                ready_url="", start_order=base.ORDER_STORE, replica=i, runtime="venv"))
+    if uses_nats(dep):
+        nats = CATALOG.engine("nats")
+        h = ctx.front_host
+        addr = dep.hosts[h].address
+        client, monitor = _store_port("nats", "client"), _store_port("nats", "monitor")
+        ports = {"client": ctx.alloc(h).take(client, 1, want=client),
+                 "monitor": ctx.alloc(h).take(monitor, 1, want=monitor)}
+        out.append(Service(
+            name=base.service_name(dep, "nats"), host=h, role=ROLE_STORE, engine="nats", address=addr, port=client,
+            ports=ports, argv=[str(nats["binary"]), "--addr", addr, "--port", str(client), "--http_port",
+                               str(monitor), "--jetstream", "--store_dir", f"{dep.state_dir}/{dep.name}/nats"],
+            env={}, health_url=base.url(addr, monitor, str(nats.get("health_path") or "/healthz")),
+            ready_url="", start_order=base.ORDER_STORE, runtime="venv"))
+    return out
+
+
+def registered(health: dict, endpoint: str = "generate") -> list[dict]:
+    """The worker instances Dynamo's frontend lists in its ``/health`` document (1.6.1: an
+    ``instances`` array of ``{namespace, component, endpoint, instance_id, transport}``, one per
+    registered endpoint of a worker process; measured on the lab), the ``endpoint`` ones, once
+    per ``instance_id``. The host-side twin is roles/discovery_store/files/glmops_store_check.py."""
+    seen: dict[Any, dict] = {}
+    for inst in (health or {}).get("instances") or []:
+        if isinstance(inst, dict) and inst.get("endpoint") == endpoint:
+            seen.setdefault(inst.get("instance_id"), inst)
+    return list(seen.values())
+
+
+def plane_problems(dep) -> list[tuple[str, str, str]]:
+    """(path, key, value) of every per-pool or deployment-wide override of a plane or a store
+    address (``env`` ``DYN_REQUEST_PLANE``/``DYN_EVENT_PLANE``/``DYN_DISCOVERY_BACKEND``/
+    ``DYN_RESPONSE_PLANE``/``ETCD_ENDPOINTS``/``NATS_SERVER``, or the plane flags in
+    ``engine_args``): glmops decides the planes once (F20)."""
+    found = []
+    scopes = [("glmops_env", dep.env, "glmops_engine_args", dep.engine_args)]
+    for pool in dep.pools:
+        where = f"glmops_topologies.{dep.topology}.pools.{pool.role}"
+        scopes.append((f"{where}.env", pool.env, f"{where}.engine_args", pool.engine_args))
+    for env_path, env, args_path, args in scopes:
+        per_pool = env_path != "glmops_env"
+        for key in sorted(env or {}):
+            if key in PLANE_ENV or key in STORE_ENV or (per_pool and key == "DYN_FILE_KV"):
+                found.append((dep.source(env_path), key, str(env[key])))
+        for key in sorted(args or {}):
+            # the other plane flags are glmops's own (WORKER_OWNED: ENGINE_FLAG_OWNED names them)
+            if str(key).lstrip("-") == "response-plane":
+                found.append((dep.source(args_path), str(key), str(args[key])))
+    return found
 
 
 # engine-neutral policy names (recipes.yaml layouts, RouterSpec.policy) -> --router-mode
@@ -229,7 +378,7 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
     disc_flags, disc_env = discovery(ctx)
     flags.update(disc_flags)
     flags.update({k: v for k, v in dep.router.args.items() if k != "backend"})
-    ctx.notes.append(discovery_note(ctx))
+    ctx.notes.extend(discovery_note(ctx))
     image = base.image_for(dep, ENGINE)
     argv = base.command(dep, ENGINE, runtime=dep.runtime if image else "venv") + base.render_flags(flags)
     env = base.front_env(dep)
@@ -244,4 +393,6 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
         ready_url=base.url(host.address, port, "/v1/completions"),
         start_order=base.ORDER_FRONT, depends_on=[w.name for w in workers if w.node_rank == 0],
         runtime=dep.runtime if image else "venv", image=image,
+        # every planned worker registered (its /health lists each worker process once)
+        instances=len([w for w in workers if w.node_rank == 0 and w.role != ROLE_STORE]),
     )]

@@ -27,7 +27,9 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("systemd-nspawn") is None, reason="systemd-nspawn missing"),
 ]
 
-LAB = "e2edyn"
+# own lab; GLMOPS_E2E_DYNAMO_LAB / _SUBNET move it (several people share one machine)
+LAB = os.environ.get("GLMOPS_E2E_DYNAMO_LAB", "e2edyn")
+SUBNET = os.environ.get("GLMOPS_E2E_DYNAMO_SUBNET", "auto")
 MODEL = "tiny-llama"
 DEP = "lab-dynamo"
 UNITS = {"lab-1": f"glm-{DEP}-agg-0.service", "lab-2": f"glm-{DEP}-agg-1.service",
@@ -40,7 +42,7 @@ TIMES: dict[str, float] = {}
 def lab():
     start = time.monotonic()
     existed = (D.LAB_ROOT / LAB / "inventory.yml").exists()
-    inv = D.lab_up(LAB, 3, "auto", [], profile="cpu")
+    inv = D.lab_up(LAB, 3, SUBNET, [], profile="cpu")
     TIMES["lab up"] = time.monotonic() - start
     yield inv
     if not existed and not os.environ.get("GLMOPS_KEEP_LAB"):

@@ -125,10 +125,15 @@ def test_without_a_shared_store_multi_host_dynamo_uses_etcd(tmp_path):
     del gv["glmops_env"]
     plan, problems = validate(tmp_path, gv)
     assert problems == []
-    for svc in plan.services:
+    dynamo = [s for s in plan.services if s.engine == "dynamo"]
+    assert len(dynamo) == 3
+    for svc in dynamo:
         assert flags(svc.argv, 3)["discovery-backend"] == "etcd"
         assert svc.env["ETCD_ENDPOINTS"] == "http://10.77.0.13:2379" and "DYN_FILE_KV" not in svc.env
-    assert "dynamo discovery: etcd on lab-3:2379" in plan.notes
+    # the store the endpoints name is in the Plan: one etcd member on the front door's host (lab-3)
+    (store,) = [s for s in plan.services if s.role == "store"]
+    assert (store.host, store.engine, store.port) == ("lab-3", "etcd", 2379)
+    assert any(n.startswith("dynamo discovery: etcd (1 member(s): lab-3:2379)") for n in plan.notes), plan.notes
 
 
 def test_mocker_is_refused_on_gpu_hardware(tmp_path):

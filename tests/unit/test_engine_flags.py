@@ -185,6 +185,8 @@ DEPLOYMENTS = {
 
 
 def _owned_for(d, svc) -> dict[str, str]:
+    if svc.role == "store":  # Dynamo's discovery store: no engine_args reach it
+        return dynamo.STORE_OWNED
     if svc.role in ("router", "orchestrator", "frontend"):
         return {"vllm_router": vllm.ROUTER_OWNED, "sglang_router": sglang.ROUTER_OWNED,
                 "dynamo": dynamo.FRONTEND_OWNED, "trtllm": {}}[svc.engine]

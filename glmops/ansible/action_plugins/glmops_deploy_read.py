@@ -2,7 +2,7 @@
 
 One round trip (:mod:`glmops.hostread`) runs on the host: the precheck facts
 (``roles/prechecks/files/glmops_precheck_facts.py``), the engine service ``state`` of the
-host's workers and routers bundles with the deploy stamp
+host's stores, workers and routers bundles with the deploy stamp
 (``roles/engine_service/files/glmops_hostctl.py``, the argv the engine_service role uses)
 and the venv probe of each engine runtime glmops installs there
 (``roles/engine_runtime/files/glmops_runtime_probe.py``). On the controller: the prechecks
@@ -37,7 +37,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 #: the Plan bundles of a host, in start order
-_BUNDLES = ("workers", "routers")
+_BUNDLES = ("stores", "workers", "routers")
 
 
 class ActionModule(ActionBase):
