@@ -26,7 +26,6 @@ from typing import Any, Callable
 from glmops.model import (
     CONTROL_CHARS,
     ENV_NAME,
-    SECRET_NAME,
     CheckpointSpec,
     Deployment,
     HostSpec,
@@ -34,10 +33,21 @@ from glmops.model import (
     Problem,
     RouterSpec,
     ValidationError,
+    is_secret,
 )
 
 # The user-facing variables live in glmops.variables (one Var per variable, argument_specs shape).
-from glmops.variables import CHECKPOINT_KEYS, HOST_VARIABLES, POOL_KEYS, ROUTER_KEYS, VARIABLES, Var  # noqa: E402
+from glmops.variables import (  # noqa: E402
+    ADDRESS,
+    CHECKPOINT_KEYS,
+    HOST_VARIABLES,
+    POOL_KEYS,
+    RESERVED_ENV,
+    ROUTER_KEYS,
+    VARIABLES,
+    Var,
+    value_problem,
+)
 
 TOPOLOGY_KEYS = ("pools", "router")
 # TensorRT-LLM names (seed 000) accepted for pool roles.
@@ -125,13 +135,39 @@ def plain(value: Any) -> Any:
     return value
 
 
-# an inventory address: a host name, IPv4 or IPv6 literal (never an option such as "-oProxyCommand=")
-_ADDRESS = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
 
 
 def shown(path: str, value: Any) -> str:
-    """``repr(value)`` for a problem message, or a redaction when ``path`` names a secret."""
-    return "<redacted>" if SECRET_NAME.search(path) else repr(value)
+    """``repr(value)`` for a problem message, or a redaction when ``path`` names a secret or
+    the value is one (``glmops.model.is_secret``: a URL with a password, a token, a value read
+    from Ansible Vault)."""
+    return "<redacted>" if is_secret(path, value, _VAULTED) else repr(value)
+
+
+#: plain values of the Vault-encrypted variables read by the last load_deployment (secret by value)
+_VAULTED: set[str] = set()
+
+
+def _vaulted(value: Any, found: set[str]) -> None:
+    """Add the plain text of every Vault-encrypted leaf under ``value`` (``!vault`` scalars and
+    values of vault-encrypted files, both tagged by ansible-core) to ``found``."""
+    try:
+        from ansible._internal._datatag._tags import VaultedValue  # ansible-core >= 2.19
+        from ansible.parsing.vault import EncryptedString
+    except ImportError:  # pragma: no cover - older ansible-core
+        return
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, EncryptedString) or VaultedValue.is_tagged_on(item):
+            try:
+                found.add(str(item))
+            except Exception:  # noqa: BLE001 - no vault secret: Ansible reports it when reading
+                pass
 
 
 def _check_text(value: Any, path: str, r: "_Reader") -> None:
@@ -185,17 +221,25 @@ class _Reader:
             if kind == "list" and elements:
                 conv = _checkers()[elements]
                 out = [conv(item) for item in out]
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             want = _TYPE_WORDS[kind] + (f" of {elements}s" if kind == "list" and elements else "")
             self.problem(
                 "TYPE",
                 path,
                 f"value {shown(path, value)} is {_type_name(value)}; accepted: {want}"
-                + ("" if SECRET_NAME.search(path) else f" ({exc})"),
+                + ("" if is_secret(path, value, _VAULTED) else f" ({exc})"),
                 "fix the value's type in the inventory",
             )
             return False, default
-        return True, plain(out)
+        out = plain(out)
+        bad = value_problem(spec, out)
+        if bad:
+            code, accepted = bad
+            name = path.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+            self.problem(code, path, f"{name} {shown(path, value)} is not accepted; accepted: {accepted}",
+                         "fix the value in the inventory")
+            return False, default
+        return True, out
 
     def unknown_keys(self, data: dict, accepted: Any, path_of: Callable[[str], str], what: str) -> None:
         for key in data:
@@ -311,12 +355,193 @@ def _capture_parse_errors(inventory_mod: Any) -> tuple[list[str], Callable[[], N
     return messages, restore
 
 
+#: limits of an inventory read before Ansible sees it (a hostile or broken inventory must not
+#: hang or exhaust the controller): bytes per file, files, YAML nodes after alias expansion,
+#: hosts a range pattern (``n[0:99]``) may expand to
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_FILES = 10_000
+MAX_YAML_NODES = 200_000
+MAX_RANGE_HOSTS = 10_000
+_YAML_EXT = (".yml", ".yaml", ".json")
+#: Ansible's host range pattern: [start:end] or [start:end:step], numeric or alphabetic
+_HOST_RANGE = re.compile(r"\[([0-9]+|[a-zA-Z]):([0-9]+|[a-zA-Z])(?::([0-9]+))?\]")
+
+
+def _inventory_files(inventory_path: str, where: str) -> list[tuple[str, bool]]:
+    """Every file Ansible would read for ``inventory_path``: ``(path, is an inventory source)``.
+    Raises ValidationError for a path that is not a regular file or directory (a FIFO would
+    block the read forever), or for more than MAX_FILES files."""
+    out: list[tuple[str, bool]] = []
+    problems: list[Problem] = []
+
+    def regular(path: str) -> bool:
+        import stat
+
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            problems.append(Problem("INVENTORY", _display_path(path), f"cannot read {_display_path(path)!r}: {exc.strerror}"))
+            return False
+        if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+            return True
+        problems.append(Problem("INVENTORY", _display_path(path),
+                                f"{_display_path(path)!r} is not a regular file or directory (a FIFO, socket or device); "
+                                "accepted: inventory files and directories only", "remove it from the inventory"))
+        return False
+
+    def walk(directory: str, source: bool, depth: int) -> None:
+        for entry in sorted(os.listdir(directory)):
+            if entry.startswith(".") or len(out) > MAX_FILES:
+                continue
+            path = os.path.join(directory, entry)
+            if not regular(path):
+                continue
+            if os.path.isdir(path):
+                if depth < 4 and (not source or entry in ("group_vars", "host_vars")):
+                    walk(path, False, depth + 1)
+                elif source and depth < 4:
+                    walk(path, True, depth + 1)
+            else:
+                out.append((path, source))
+
+    if not regular(inventory_path):
+        raise ValidationError(problems)
+    if os.path.isdir(inventory_path):
+        walk(inventory_path, True, 0)
+    else:
+        out.append((inventory_path, True))
+        for kind in ("group_vars", "host_vars"):
+            side = os.path.join(os.path.dirname(os.path.abspath(inventory_path)), kind)
+            if os.path.isdir(side) and regular(side):
+                walk(side, False, 1)
+    if len(out) > MAX_FILES:
+        problems.append(Problem("INVENTORY", where, f"the inventory has more than {MAX_FILES:,} files; accepted: fewer"))
+    if problems:
+        raise ValidationError(problems)
+    return out
+
+
+def _yaml_nodes(node: Any, memo: dict[int, int]) -> int:
+    """Nodes of a composed YAML tree with every alias expanded (memoised per node, so an alias
+    bomb is measured in linear time)."""
+    import yaml
+
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    memo[key] = 1  # a cycle (recursive alias) counts once; Ansible refuses it itself
+    if isinstance(node, yaml.SequenceNode):
+        total = 1 + sum(_yaml_nodes(n, memo) for n in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total = 1 + sum(_yaml_nodes(k, memo) + _yaml_nodes(v, memo) for k, v in node.value)
+    else:
+        total = 1
+    memo[key] = min(total, MAX_YAML_NODES + 1)
+    return memo[key]
+
+
+def _range_hosts(pattern: str) -> int:
+    """How many hosts Ansible's range pattern ``pattern`` expands to (1 without a range)."""
+    total = 1
+    for start, end, step in _HOST_RANGE.findall(pattern):
+        if start.isdigit() and end.isdigit():
+            count = (int(end) - int(start)) // int(step or 1) + 1
+        else:
+            count = (ord(end) - ord(start)) // int(step or 1) + 1
+        total *= max(count, 1)
+        if total > MAX_RANGE_HOSTS:
+            break
+    return total
+
+
+def _host_patterns(node: Any) -> list[Any]:
+    """Scalar keys of every ``hosts:`` mapping in a composed YAML inventory."""
+    import yaml
+
+    found: list[Any] = []
+    stack, seen = [node], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, yaml.MappingNode):
+            for k, v in item.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == "hosts" and isinstance(v, yaml.MappingNode):
+                    found += [hk for hk, _ in v.value if isinstance(hk, yaml.ScalarNode)]
+                stack.append(v)
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend(item.value)
+    return found
+
+
+def preflight(inventory_path: str) -> None:
+    """Check the files of an inventory before Ansible reads them: regular files only, at most
+    MAX_FILE_BYTES each, YAML that parses (a syntax error names file, line and column),
+    at most MAX_YAML_NODES nodes after alias expansion (alias bombs), host range patterns
+    expanding to at most MAX_RANGE_HOSTS hosts. Raises ValidationError with every problem
+    (code INVENTORY), one per file."""
+    import yaml
+
+    where = _display_path(inventory_path)
+    problems: list[Problem] = []
+    for path, source in _inventory_files(inventory_path, where):
+        shown_path = _display_path(path)
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            problems.append(Problem("INVENTORY", shown_path, f"{shown_path} has {size:,} bytes; accepted: at most "
+                                    f"{MAX_FILE_BYTES:,} bytes per inventory file"))
+            continue
+        yamlish = path.endswith(_YAML_EXT) or not source
+        if not yamlish and not source:
+            continue
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", errors="replace")
+        if not yamlish or text.lstrip().startswith("$ANSIBLE_VAULT"):
+            if source:  # an INI inventory: its host patterns are the first word of a line
+                for line in text.splitlines():
+                    word = line.strip().split(" ")[0] if line.strip() else ""
+                    if word and not word.startswith(("[", "#", ";")) and _range_hosts(word) > MAX_RANGE_HOSTS:
+                        problems.append(Problem("INVENTORY", shown_path, f"host pattern {word[:80]!r} expands to more "
+                                                f"than {MAX_RANGE_HOSTS:,} hosts; accepted: at most {MAX_RANGE_HOSTS:,}"))
+                        break
+            continue
+        try:
+            docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            at = f"{shown_path}:{mark.line + 1}:{mark.column + 1}" if mark else shown_path
+            problems.append(Problem("INVENTORY", at, f"YAML parsing failed: {exc.problem or exc.context}"
+                                    + (f" ({exc.context})" if exc.context and exc.problem else ""),
+                                    "fix the YAML at that line"))
+            continue
+        except yaml.YAMLError as exc:
+            problems.append(Problem("INVENTORY", shown_path, f"YAML parsing failed: {str(exc).splitlines()[0]}"))
+            continue
+        memo: dict[int, int] = {}
+        if sum(_yaml_nodes(d, memo) for d in docs if d is not None) > MAX_YAML_NODES:
+            problems.append(Problem("INVENTORY", shown_path,
+                                    f"{shown_path} expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases * "
+                                    f"expanded); accepted: at most {MAX_YAML_NODES:,}",
+                                    "a YAML alias bomb? write the values out"))
+            continue
+        if source:
+            for key in (k for d in docs if d is not None for k in _host_patterns(d)):
+                if _range_hosts(str(key.value)) > MAX_RANGE_HOSTS:
+                    problems.append(Problem("INVENTORY", f"{shown_path}:{key.start_mark.line + 1}",
+                                            f"host pattern {str(key.value)[:80]!r} expands to more than "
+                                            f"{MAX_RANGE_HOSTS:,} hosts; accepted: at most {MAX_RANGE_HOSTS:,}"))
+    if problems:
+        raise ValidationError(problems)
+
+
 def _parse(inventory_path: str) -> tuple[Any, Any]:
     """Parse with Ansible; raise ValidationError when nothing usable comes out."""
     where = _display_path(inventory_path)
-    if not os.path.exists(inventory_path):
+    if not os.path.lexists(inventory_path):
         raise ValidationError([Problem("INVENTORY", where, f"inventory path {where!r} does not exist",
                                        "pass -i with an inventory directory or file")])
+    preflight(inventory_path)
     from ansible.inventory import manager as inventory_mod
     from ansible.parsing.dataloader import DataLoader
 
@@ -411,6 +636,10 @@ def _load_deployment(
     def src(name: str) -> str:
         return r.sources.get(name, f"{root}/group_vars/all.yml:{name}")
 
+    _VAULTED.clear()
+    _vaulted(raw, _VAULTED)
+    secret_values = set(_VAULTED)
+
     r.unknown_keys(raw, VARIABLES, src, "variable")
     for key, value in raw.items():
         _check_text(value, src(key), r)
@@ -456,16 +685,20 @@ def _load_deployment(
                 r.sources[f"hosts.{host.name}.{key[len('glmops_'):]}"] = where
             values[key] = r.typed(value, hspec, where)[1]
         ansible_host, where_host = _lookup(host_layers, "ansible_host")
-        for key, value, at in (("ansible_host", ansible_host, where_host),
-                               ("glmops_address", values["glmops_address"], r.sources.get(f"hosts.{host.name}.address"))):
-            if value is not None and not _ADDRESS.match(str(value)):
-                r.problem("ADDRESS", at or f"{root}/host_vars/{host.name}.yml:{key}",
-                          f"{key} {str(value)!r} of host {host.name} is not accepted; accepted: a host name, "
-                          "an IPv4 or an IPv6 address")
+        if ansible_host is not None and not ADDRESS.match(str(ansible_host)):
+            r.problem("ADDRESS", where_host or f"{root}/host_vars/{host.name}.yml:ansible_host",
+                      f"ansible_host {str(ansible_host)!r} of host {host.name} is not accepted; accepted: a host name, "
+                      "an IPv4 or an IPv6 address")
         for key in ("glmops_rdma_devices",):
             _check_text(values[key], f"hosts.{host.name}.{key}", r)
         if CONTROL_CHARS.search(host.name) or not host.name.isprintable():
             r.problem("ADDRESS", f"{root}:{host.name!r}", f"host name {host.name!r} is not printable text; accepted: a host name")
+        elif not ADDRESS.match(host.name):
+            # the name is the SSH target without ansible_host, and a directory of plan --out
+            r.problem("ADDRESS", f"{root}:{host.name}",
+                      f"host name {host.name!r} is not accepted; accepted: a host name, an IPv4 or an IPv6 address "
+                      "(letters, digits, . _ - :, not starting with '-', '.' or '/')",
+                      "rename the host and give its address in ansible_host")
         if values["glmops_address"]:
             spec.address = values["glmops_address"]
         elif ansible_host:
@@ -574,6 +807,10 @@ def _load_deployment(
     revision = ck["revision"] if ck["revision"] is not None else variant.get("revision")
     model_dir = ck["model_dir"].rstrip("/") or "/"
     local_dir = f"{model_dir}/{repo}" + (f"/{revision}" if revision else "")
+    if any(part in (".", "..") for part in f"{repo}/{revision or ''}".split("/")):
+        r.problem("PATH", f"{ck_path}.repo",
+                  f"checkpoint directory {local_dir!r} (model_dir/repo/revision) is not below model_dir {model_dir!r}; "
+                  "accepted: a repo id and revision without '..' or '.' segments")
     checkpoint = CheckpointSpec(
         repo=repo, revision=revision, model_dir=model_dir, local_dir=local_dir,
         size_gib=float(variant.get("weight_gib") or 0.0), allow_patterns=ck["allow_patterns"] or [],
@@ -630,6 +867,8 @@ def _load_deployment(
             "pip_extra": v["glmops_pip_extra"] or [],
             "layout": (layout or {}).get("id"),
             "raw_variables": sorted(raw),
+            # plain values read from Ansible Vault: secret by value wherever they land
+            "secret_values": secret_values,
         },
     )
     return dep
@@ -656,6 +895,12 @@ def _env(data: dict, r: _Reader, path: str) -> dict[str, str]:
         if not ENV_NAME.match(str(key)):
             r.problem("ENV_NAME", f"{path}.{key}", f"environment variable name {str(key)!r} is not accepted; "
                       "accepted: letters, digits and _, not starting with a digit")
+            continue
+        if RESERVED_ENV.match(str(key)):
+            r.problem("ENV_RESERVED", f"{path}.{key}",
+                      f"environment variable {key} is set by glmops or changes which code runs; accepted: any other "
+                      "name (not CUDA_VISIBLE_DEVICES, HF_HUB_OFFLINE, HOME, PATH, PYTHONPATH, LD_*, ...)",
+                      "GPUs come from glmops_gpus/pools.gpus, offline serving from glmops_checkpoint.offline")
             continue
         if isinstance(value, (dict, list)) or value is None:
             r.problem("TYPE", f"{path}.{key}", f"value {shown(str(key), value)} for env {key} is not a scalar; "

@@ -50,6 +50,12 @@ READ_TASK = "Read each host once (prechecks, runtimes, units, health, last deplo
 OUTPUT_TASKS = ("Journal lines",)  # their stdout is shown by the CLI (glmops logs)
 PLAN_TASK = "Validate and plan"  # playbooks/plays/plan.yml (glmops_plan on localhost)
 PLAN_SUMMARY = "plan-summary.json"
+# ssh's words for an unknown or changed host key (StrictHostKeyChecking=yes), and what to do
+HOST_KEY_FAILURE = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED"
+                              r"|No (ED25519|ECDSA|RSA)? ?host key is known")
+HOST_KEY_HINT = ("hint: the host's SSH key is unknown or changed; accept a new host's key with "
+                 "`glmops known-hosts -i INVENTORY` (ssh-keyscan, appended to ~/.ssh/known_hosts); "
+                 "a changed key is never replaced: check the host, then `ssh-keygen -R HOST`")
 
 
 @dataclass
@@ -149,6 +155,10 @@ def run(
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
         "PYTHONUNBUFFERED": "1",
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False when the environment lacks it:
+        # check host keys on every run (an inventory may still say otherwise per host, e.g.
+        # ansible_host_key_checking or its own ansible_ssh_common_args)
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
     started = time.monotonic()
     with _secrets_out_of_environ():
@@ -237,6 +247,8 @@ def _collect(result: RunResult, event: dict) -> None:
     elif kind == "runner_on_unreachable":
         stats.unreachable += 1
         msg = res.get("msg", "unreachable")
+        if HOST_KEY_FAILURE.search(msg):
+            msg += f"\n{HOST_KEY_HINT}"
         stats.messages.append(msg)
         result.failures.append(f"{host}: UNREACHABLE: {msg}")
     elif kind == "runner_on_skipped":
