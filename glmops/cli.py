@@ -53,6 +53,14 @@ class LazyGroup(click.Group):
         other error exits 1 with one line. ``GLMOPS_DEBUG=1`` shows the traceback instead."""
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # the reader went away (`glmops validate | head`): stop quietly, like other CLIs
+            import os
+            import sys
+
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(1)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence, see the docstring

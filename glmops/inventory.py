@@ -132,6 +132,8 @@ def plain(value: Any) -> Any:
         return {plain(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [plain(v) for v in value]
+    if type(value).__name__ == "EncryptedString":  # a !vault scalar: its plain text (secret by value)
+        return str(value)
     return value
 
 
@@ -141,7 +143,8 @@ def shown(path: str, value: Any) -> str:
     """``repr(value)`` for a problem message, or a redaction when ``path`` names a secret or
     the value is one (``glmops.model.is_secret``: a URL with a password, a token, a value read
     from Ansible Vault)."""
-    return "<redacted>" if is_secret(path, value, _VAULTED) else repr(value)
+    name = path.rsplit(":", 1)[-1]  # the variable path, not the file's (a directory may say "secret")
+    return "<redacted>" if is_secret(name, value, _VAULTED) else repr(value)
 
 
 #: plain values of the Vault-encrypted variables read by the last load_deployment (secret by value)
@@ -227,7 +230,7 @@ class _Reader:
                 "TYPE",
                 path,
                 f"value {shown(path, value)} is {_type_name(value)}; accepted: {want}"
-                + ("" if is_secret(path, value, _VAULTED) else f" ({exc})"),
+                + ("" if shown(path, value) == "<redacted>" else f" ({exc})"),
                 "fix the value's type in the inventory",
             )
             return False, default
@@ -440,6 +443,31 @@ def _yaml_nodes(node: Any, memo: dict[int, int]) -> int:
     return memo[key]
 
 
+def _duplicate_keys(docs: list[Any]) -> list[tuple[str, int]]:
+    """(key, line) of every key repeated in one YAML mapping (Ansible would warn, quoting the
+    file's lines, and keep the last value)."""
+    import yaml
+
+    found: list[tuple[str, int]] = []
+    stack, seen = list(docs), set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    if k.value in keys and k.value != "<<":
+                        found.append((k.value, k.start_mark.line + 1))
+                    keys.add(k.value)
+                stack.append(v)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return sorted(found, key=lambda kv: kv[1])
+
+
 def _range_hosts(pattern: str) -> int:
     """How many hosts Ansible's range pattern ``pattern`` expands to (1 without a range)."""
     total = 1
@@ -485,7 +513,11 @@ def preflight(inventory_path: str) -> None:
 
     where = _display_path(inventory_path)
     problems: list[Problem] = []
-    for path, source in _inventory_files(inventory_path, where):
+    files = _inventory_files(inventory_path, where)
+    if not any(source for _path, source in files):
+        raise ValidationError([Problem("INVENTORY", where, f"the inventory {where!r} has no inventory file, so it "
+                                       "defines no hosts", f"add hosts.yml with hosts in group {WORKERS_GROUP}")])
+    for path, source in files:
         shown_path = _display_path(path)
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
@@ -525,6 +557,10 @@ def preflight(inventory_path: str) -> None:
                                     f"expanded); accepted: at most {MAX_YAML_NODES:,}",
                                     "a YAML alias bomb? write the values out"))
             continue
+        for key, line in _duplicate_keys(docs):
+            problems.append(Problem("INVENTORY", f"{shown_path}:{line}",
+                                    f"key {key[:80]!r} appears twice in one mapping; accepted: each key once",
+                                    "Ansible would keep only the last value: remove one"))
         if source:
             for key in (k for d in docs if d is not None for k in _host_patterns(d)):
                 if _range_hosts(str(key.value)) > MAX_RANGE_HOSTS:
@@ -533,6 +569,29 @@ def preflight(inventory_path: str) -> None:
                                             f"{MAX_RANGE_HOSTS:,} hosts; accepted: at most {MAX_RANGE_HOSTS:,}"))
     if problems:
         raise ValidationError(problems)
+
+
+def _vault_secrets(loader: Any) -> None:
+    """Give ``loader`` the Vault secrets ansible-playbook would have from the configuration
+    (``ANSIBLE_VAULT_PASSWORD_FILE`` / ``vault_password_file``, ``ANSIBLE_VAULT_IDENTITY_LIST``),
+    never prompting; without any, Vault values stay encrypted (and unreadable)."""
+    from ansible import constants as C
+
+    files = [C.DEFAULT_VAULT_PASSWORD_FILE] if C.DEFAULT_VAULT_PASSWORD_FILE else []
+    ids = list(C.DEFAULT_VAULT_IDENTITY_LIST or [])
+    if not files and not ids:
+        return
+    from ansible.cli import CLI
+    from ansible.parsing.vault import VaultSecretsContext
+
+    secrets = CLI.setup_vault_secrets(loader, vault_ids=ids, vault_password_files=files, ask_vault_pass=False,
+                                      auto_prompt=False, initialize_context=False)
+    loader.set_vault_secrets(secrets)
+    current = VaultSecretsContext.current(optional=True)
+    if current is None:  # ansible-core's one process-wide context (initialize() works once)
+        VaultSecretsContext.initialize(VaultSecretsContext(secrets))
+    else:
+        current.secrets = secrets
 
 
 def _parse(inventory_path: str) -> tuple[Any, Any]:
@@ -546,6 +605,7 @@ def _parse(inventory_path: str) -> tuple[Any, Any]:
     from ansible.parsing.dataloader import DataLoader
 
     loader = DataLoader()
+    _vault_secrets(loader)
     messages, restore = _capture_parse_errors(inventory_mod)
     try:
         inventory = inventory_mod.InventoryManager(loader=loader, sources=[os.path.abspath(inventory_path)])
@@ -562,6 +622,42 @@ def _parse(inventory_path: str) -> tuple[Any, Any]:
         raise ValidationError([Problem("INVENTORY", where, "the inventory defines no hosts",
                                        f"add hosts (group {WORKERS_GROUP}) to hosts.yml")])
     return inventory, loader
+
+
+def check_run_target(inventory_path: str | os.PathLike[str], limit: str | None) -> list[str]:
+    """What a run against ``inventory_path`` with Ansible's ``--limit`` ``limit`` would reach:
+    the host names. Raises ValidationError (the CLI exits 2, nothing contacted) for an
+    inventory that cannot be read or has no hosts, an empty ``limit`` (``''`` would mean every
+    host), a plain host or group name in ``limit`` that the inventory does not have, or a limit
+    that matches no host."""
+    path = str(inventory_path)
+    where = _display_path(path)
+    inventory, _loader = _parse(path)
+    names = list(inventory.hosts)
+    if limit is None:
+        return names
+    accepted = f"host or group names of the inventory ({', '.join(names[:20])}{', ...' if len(names) > 20 else ''})"
+    parts = [p.strip() for p in str(limit).replace(":", ",").split(",")]
+    if not str(limit).strip() or not any(parts):
+        raise ValidationError([Problem("LIMIT", "--limit", f"--limit {limit!r} names no host (an empty limit would "
+                                       f"mean every host); accepted: {accepted}", "leave --limit out to run on every host")])
+    problems = []
+    for part in parts:
+        plain_name = part.lstrip("!&")
+        if not plain_name or any(c in plain_name for c in "*?[~@"):
+            continue  # patterns, regexes and @files are Ansible's to match
+        if plain_name not in inventory.hosts and plain_name not in inventory.groups and plain_name != "localhost":
+            close = difflib.get_close_matches(plain_name, names + list(inventory.groups), n=1)
+            problems.append(Problem("LIMIT", "--limit", f"--limit names {plain_name!r}, which is neither a host nor a "
+                                    f"group of {where}; accepted: {accepted}",
+                                    f"did you mean {close[0]!r}?" if close else ""))
+    if problems:
+        raise ValidationError(problems)
+    inventory.subset(str(limit))
+    if not inventory.get_hosts():
+        raise ValidationError([Problem("LIMIT", "--limit", f"--limit {limit!r} matches no host of {where}; "
+                                       f"accepted: {accepted}")])
+    return [h.name for h in inventory.get_hosts()]
 
 
 def load_deployment(
@@ -641,6 +737,7 @@ def _load_deployment(
     secret_values = set(_VAULTED)
 
     r.unknown_keys(raw, VARIABLES, src, "variable")
+    _near_misses(first_layers, r)
     for key, value in raw.items():
         _check_text(value, src(key), r)
     _check_same_on_workers(workers, layers, first_layers, r, overrides or {})
@@ -675,6 +772,7 @@ def _load_deployment(
                          and k not in VARIABLES and k not in HOST_VARIABLES}
                 if typos:
                     r.unknown_keys(typos, VARIABLES, lambda k, label=label: label + k, "variable")
+            _near_misses(host_layers, r)
         spec = HostSpec(name=host.name, address=host.name, hardware=hardware_key,
                         groups=[g.name for g in host.groups])
         values = {}
@@ -887,6 +985,35 @@ _FIELD_VARS = {
     "dynamo_backend": "glmops_dynamo_backend", "pip_extra": "glmops_pip_extra", "image": "glmops_image",
     "topologies": "glmops_topologies",
 }
+
+
+_ALL_NAMES = tuple(VARIABLES) + tuple(HOST_VARIABLES)
+
+
+def _near_misses(layers: list[tuple[str, dict]], r: _Reader) -> None:
+    """Variables that look like ours but are not spelled ``glmops_<name>`` (``glmosp_multimodal``,
+    ``glmops-checkpoint``, ``GLMOPS_MODEL``) would be ignored and the defaults used: each is an
+    UNKNOWN_KEY problem with a did-you-mean (once per file and name)."""
+    seen = {(p.path) for p in r.problems}
+    for label, data in layers:
+        for key in data:
+            if not isinstance(key, str) or key.startswith("glmops_") or len(key) > 200:
+                continue
+            norm = key.lower().replace("-", "_").replace(".", "_")
+            close = difflib.get_close_matches(norm, _ALL_NAMES, n=1, cutoff=0.85)
+            if not (norm.startswith("glmops") or close or difflib.get_close_matches(norm[:7], ["glmops_"], cutoff=0.7)
+                    and "_" in norm[5:8]):
+                continue
+            if not close:
+                close = difflib.get_close_matches("glmops_" + norm.split("_", 1)[-1], _ALL_NAMES, n=1, cutoff=0.6)
+            where = label + key
+            if where in seen:
+                continue
+            seen.add(where)
+            r.problem("UNKNOWN_KEY", where,
+                      f"variable {key!r} looks like a glmops variable but is not one, so it is ignored; "
+                      "accepted: glmops_<name> in lower case with '_' (docs/variables.md)",
+                      f"did you mean {close[0]!r}?" if close else "see docs/variables.md")
 
 
 def _env(data: dict, r: _Reader, path: str) -> dict[str, str]:

@@ -49,12 +49,26 @@ SECRET_VALUE = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
 
 
+_SECRET_VALUE_TOKEN = re.compile(
+    r"(?<=://)[^/\s:@'\"]*:[^/\s@'\"]+(?=@)|hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[^'\"]*")
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every secret-shaped part (:data:`SECRET_VALUE`) replaced by ``<redacted>``."""
+    return _SECRET_VALUE_TOKEN.sub("<redacted>", text)
+
+
 def is_secret(name: str, value: object = None, secret_values: "set[str] | frozenset[str]" = frozenset()) -> bool:
     """True when ``name`` (a key or dotted path) names a secret (:data:`SECRET_NAME`) or the
     string ``value`` is one (:data:`SECRET_VALUE`, or one of ``secret_values``: values read
-    from Ansible Vault)."""
+    from Ansible Vault); a list or mapping is secret when any item (or key) is."""
     if SECRET_NAME.search(str(name)):
         return True
+    if isinstance(value, dict):
+        return any(is_secret(k, v, secret_values) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(is_secret("", v, secret_values) for v in value)
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         text = str(value)
         return bool(SECRET_VALUE.search(text)) or text in secret_values
@@ -75,6 +89,14 @@ class Problem:
     path: str
     message: str
     hint: str = ""
+
+    def __post_init__(self) -> None:
+        # a value that is a secret by its shape (a URL with a password, a token) is never
+        # repeated in a problem, whichever rule quotes it
+        for name in ("path", "message", "hint"):
+            text = getattr(self, name)
+            if isinstance(text, str) and SECRET_VALUE.search(text):
+                object.__setattr__(self, name, _scrub(text))
 
     def __str__(self) -> str:
         text = f"[{self.code}] {self.path}: {self.message}"

@@ -36,6 +36,12 @@ LOCALHOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 # ----------------------------------------------------------------------------- helpers
 
 
+def _few(names: list, shown: int = 10) -> str:
+    """``names`` as a list text, the first ``shown`` of a long list and how many more."""
+    names = list(names)
+    return str(names) if len(names) <= shown else f"{names[:shown]} and {len(names) - shown} more"
+
+
 def _short(value: Any) -> str:
     """``repr(value)``, a huge integer shortened to its first digits and length."""
     text = repr(value)
@@ -609,7 +615,7 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
         if need > total:
             _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.replicas", f"pools.{pool.role}.tp", ppath),
                      f"pool {pool.role} needs {pool.replicas} x {world} = {need} GPUs (replicas {pool.replicas} x tp {pool.tp} "
-                     f"x pp {pool.pp} x dp {pool.dp}) but its hosts {hosts} have {total}"
+                     f"x pp {pool.pp} x dp {pool.dp}) but its hosts {_few(hosts)} have {total}"
                      + (f" within the pool's gpus {pool.gpus}" if pool.gpus else "") + f"; accepted: <= {total}",
                      "add hosts, lower replicas or parallelism")
     # total demand of all pools on shared hosts (pools pinned to disjoint gpus are fine)
@@ -1038,12 +1044,16 @@ def _check_disagg(dep: Deployment, backend: dict, out: list[Problem]) -> None:
         hosts_pre, hosts_dec = _placed_hosts(dep, pre), _placed_hosts(dep, dec)
         cross = len(hosts_pre | hosts_dec) > 1
         if cross and (dep.hardware != "cpu"):
-            for h in sorted(hosts_pre | hosts_dec, key=list(dep.hosts).index):
-                if not dep.hosts[h].rdma_devices:
-                    _problem(out, "F06_RDMA_DEVICES", _src(dep, f"hosts.{h}.rdma_devices", f"hosts.{h}"),
-                             f"host {h} has no glmops_rdma_devices but NIXL transfers KV across hosts "
-                             f"({', '.join(sorted(hosts_pre | hosts_dec))}); accepted: a list of RDMA NICs, e.g. [mlx5_0, mlx5_1]",
-                             "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang")
+            placed = sorted(hosts_pre | hosts_dec, key=list(dep.hosts).index)
+            missing = [h for h in placed if not dep.hosts[h].rdma_devices]
+            if missing:  # one problem for the one cause, naming every host (a few shown in full)
+                h = missing[0]
+                names = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+                _problem(out, "F06_RDMA_DEVICES", _src(dep, f"hosts.{h}.rdma_devices", f"hosts.{h}"),
+                         f"host{'s' if len(missing) > 1 else ''} {names} ha{'ve' if len(missing) > 1 else 's'} no "
+                         f"glmops_rdma_devices but NIXL transfers KV across {len(placed)} hosts; accepted: a list of "
+                         "RDMA NICs on every host, e.g. [mlx5_0, mlx5_1]",
+                         "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang")
 
 
 def _check_side_channels(dep: Deployment, out: list[Problem]) -> None:

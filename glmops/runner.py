@@ -129,6 +129,9 @@ def run(
     """
     import ansible_runner
 
+    from glmops.inventory import check_run_target
+
+    check_run_target(inventory, limit)  # ValidationError (exit 2) before any host: no hosts, bad --limit
     console = console or Console(stderr=False)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     rundir = runs_dir() / f"{stamp}-{verb}"
@@ -195,7 +198,7 @@ def run(
 # Environment variables that hold secrets. ansible-runner writes the whole environment of the
 # run into its artifacts (artifacts/<ident>/command), so these are taken out of the environment
 # for the duration of the run; secrets reach hosts only through 0600 files or no_log vars.
-_SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL", re.IGNORECASE)
+from glmops.model import SECRET_NAME as _SECRET_ENV  # noqa: E402  (the one home of secret patterns)
 
 
 def secret_env_names(environ: dict[str, str] | None = None) -> list[str]:

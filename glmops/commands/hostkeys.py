@@ -44,10 +44,13 @@ def targets(inventory: str, default_file: str) -> list[tuple[str, str, int, str]
     from glmops.inventory import ADDRESS, _parse
     from glmops.model import Problem, ValidationError
 
-    inv, _loader = _parse(inventory)
+    from ansible.vars.manager import VariableManager
+
+    inv, loader = _parse(inventory)
+    variables = VariableManager(loader=loader, inventory=inv)
     out, problems = [], []
     for host in inv.hosts.values():
-        hv = host.get_vars()
+        hv = variables.get_vars(host=host, include_hostvars=False)
         address = str(hv.get("ansible_host") or host.name)
         port = hv.get("ansible_port") or 22
         if not ADDRESS.match(address):
