@@ -14,6 +14,7 @@ import click
 VERBS: dict[str, tuple[str, str]] = {
     "validate": ("glmops.commands.core:validate", "Check an inventory; print every problem (exit 2)."),
     "plan": ("glmops.commands.core:plan", "Show which services run where, with which flags."),
+    "known-hosts": ("glmops.commands.hostkeys:known_hosts", "Accept the SSH host keys of the inventory's hosts (ssh-keyscan)."),
     "lab": ("glmops.lab.cli:lab", "Local systemd-nspawn hosts to rehearse on."),
     "download": ("glmops.commands.download:download", "Fetch the pinned checkpoint once, verify it, copy it to every serving host."),
     "provision": ("glmops.commands.provision:provision", "Install the NVIDIA driver stack and container toolkit, then run every precheck."),
@@ -52,6 +53,14 @@ class LazyGroup(click.Group):
         other error exits 1 with one line. ``GLMOPS_DEBUG=1`` shows the traceback instead."""
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # the reader went away (`glmops validate | head`): stop quietly, like other CLIs
+            import os
+            import sys
+
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(1)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence, see the docstring

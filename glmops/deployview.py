@@ -224,5 +224,7 @@ def _files(dep: Deployment, plan: Plan, svc: Service) -> tuple[list[dict], list[
     for cf in svc.files:
         entry = _file(cf.path, render.config_text(cf), cf.mode, dep.service_user, svc.name)
         (secrets if cf.format == "env" or entry["mode"] == "0600" else files).append(entry)
+    for entry in files + secrets:  # every path the roles write lies where glmops places files
+        render.placed(dep, entry["path"])
     return files, secrets
 

@@ -26,7 +26,6 @@ from typing import Any, Callable
 from glmops.model import (
     CONTROL_CHARS,
     ENV_NAME,
-    SECRET_NAME,
     CheckpointSpec,
     Deployment,
     HostSpec,
@@ -34,10 +33,21 @@ from glmops.model import (
     Problem,
     RouterSpec,
     ValidationError,
+    is_secret,
 )
 
 # The user-facing variables live in glmops.variables (one Var per variable, argument_specs shape).
-from glmops.variables import CHECKPOINT_KEYS, HOST_VARIABLES, POOL_KEYS, ROUTER_KEYS, VARIABLES, Var  # noqa: E402
+from glmops.variables import (  # noqa: E402
+    ADDRESS,
+    CHECKPOINT_KEYS,
+    HOST_VARIABLES,
+    POOL_KEYS,
+    RESERVED_ENV,
+    ROUTER_KEYS,
+    VARIABLES,
+    Var,
+    value_problem,
+)
 
 TOPOLOGY_KEYS = ("pools", "router")
 # TensorRT-LLM names (seed 000) accepted for pool roles.
@@ -122,16 +132,45 @@ def plain(value: Any) -> Any:
         return {plain(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [plain(v) for v in value]
+    if type(value).__name__ == "EncryptedString":  # a !vault scalar: its plain text (secret by value)
+        return str(value)
     return value
 
 
-# an inventory address: a host name, IPv4 or IPv6 literal (never an option such as "-oProxyCommand=")
-_ADDRESS = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
 
 
 def shown(path: str, value: Any) -> str:
-    """``repr(value)`` for a problem message, or a redaction when ``path`` names a secret."""
-    return "<redacted>" if SECRET_NAME.search(path) else repr(value)
+    """``repr(value)`` for a problem message, or a redaction when ``path`` names a secret or
+    the value is one (``glmops.model.is_secret``: a URL with a password, a token, a value read
+    from Ansible Vault)."""
+    name = path.rsplit(":", 1)[-1]  # the variable path, not the file's (a directory may say "secret")
+    return "<redacted>" if is_secret(name, value, _VAULTED) else repr(value)
+
+
+#: plain values of the Vault-encrypted variables read by the last load_deployment (secret by value)
+_VAULTED: set[str] = set()
+
+
+def _vaulted(value: Any, found: set[str]) -> None:
+    """Add the plain text of every Vault-encrypted leaf under ``value`` (``!vault`` scalars and
+    values of vault-encrypted files, both tagged by ansible-core) to ``found``."""
+    try:
+        from ansible._internal._datatag._tags import VaultedValue  # ansible-core >= 2.19
+        from ansible.parsing.vault import EncryptedString
+    except ImportError:  # pragma: no cover - older ansible-core
+        return
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, EncryptedString) or VaultedValue.is_tagged_on(item):
+            try:
+                found.add(str(item))
+            except Exception:  # noqa: BLE001 - no vault secret: Ansible reports it when reading
+                pass
 
 
 def _check_text(value: Any, path: str, r: "_Reader") -> None:
@@ -185,17 +224,25 @@ class _Reader:
             if kind == "list" and elements:
                 conv = _checkers()[elements]
                 out = [conv(item) for item in out]
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             want = _TYPE_WORDS[kind] + (f" of {elements}s" if kind == "list" and elements else "")
             self.problem(
                 "TYPE",
                 path,
                 f"value {shown(path, value)} is {_type_name(value)}; accepted: {want}"
-                + ("" if SECRET_NAME.search(path) else f" ({exc})"),
+                + ("" if shown(path, value) == "<redacted>" else f" ({exc})"),
                 "fix the value's type in the inventory",
             )
             return False, default
-        return True, plain(out)
+        out = plain(out)
+        bad = value_problem(spec, out)
+        if bad:
+            code, accepted = bad
+            name = path.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+            self.problem(code, path, f"{name} {shown(path, value)} is not accepted; accepted: {accepted}",
+                         "fix the value in the inventory")
+            return False, default
+        return True, out
 
     def unknown_keys(self, data: dict, accepted: Any, path_of: Callable[[str], str], what: str) -> None:
         for key in data:
@@ -311,16 +358,254 @@ def _capture_parse_errors(inventory_mod: Any) -> tuple[list[str], Callable[[], N
     return messages, restore
 
 
+#: limits of an inventory read before Ansible sees it (a hostile or broken inventory must not
+#: hang or exhaust the controller): bytes per file, files, YAML nodes after alias expansion,
+#: hosts a range pattern (``n[0:99]``) may expand to
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_FILES = 10_000
+MAX_YAML_NODES = 200_000
+MAX_RANGE_HOSTS = 10_000
+_YAML_EXT = (".yml", ".yaml", ".json")
+#: Ansible's host range pattern: [start:end] or [start:end:step], numeric or alphabetic
+_HOST_RANGE = re.compile(r"\[([0-9]+|[a-zA-Z]):([0-9]+|[a-zA-Z])(?::([0-9]+))?\]")
+
+
+def _inventory_files(inventory_path: str, where: str) -> list[tuple[str, bool]]:
+    """Every file Ansible would read for ``inventory_path``: ``(path, is an inventory source)``.
+    Raises ValidationError for a path that is not a regular file or directory (a FIFO would
+    block the read forever), or for more than MAX_FILES files."""
+    out: list[tuple[str, bool]] = []
+    problems: list[Problem] = []
+
+    def regular(path: str) -> bool:
+        import stat
+
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            problems.append(Problem("INVENTORY", _display_path(path), f"cannot read {_display_path(path)!r}: {exc.strerror}"))
+            return False
+        if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+            return True
+        problems.append(Problem("INVENTORY", _display_path(path),
+                                f"{_display_path(path)!r} is not a regular file or directory (a FIFO, socket or device); "
+                                "accepted: inventory files and directories only", "remove it from the inventory"))
+        return False
+
+    def walk(directory: str, source: bool, depth: int) -> None:
+        for entry in sorted(os.listdir(directory)):
+            if entry.startswith(".") or len(out) > MAX_FILES:
+                continue
+            path = os.path.join(directory, entry)
+            if not regular(path):
+                continue
+            if os.path.isdir(path):
+                if depth < 4 and (not source or entry in ("group_vars", "host_vars")):
+                    walk(path, False, depth + 1)
+                elif source and depth < 4:
+                    walk(path, True, depth + 1)
+            else:
+                out.append((path, source))
+
+    if not regular(inventory_path):
+        raise ValidationError(problems)
+    if os.path.isdir(inventory_path):
+        walk(inventory_path, True, 0)
+    else:
+        out.append((inventory_path, True))
+        for kind in ("group_vars", "host_vars"):
+            side = os.path.join(os.path.dirname(os.path.abspath(inventory_path)), kind)
+            if os.path.isdir(side) and regular(side):
+                walk(side, False, 1)
+    if len(out) > MAX_FILES:
+        problems.append(Problem("INVENTORY", where, f"the inventory has more than {MAX_FILES:,} files; accepted: fewer"))
+    if problems:
+        raise ValidationError(problems)
+    return out
+
+
+def _yaml_nodes(node: Any, memo: dict[int, int]) -> int:
+    """Nodes of a composed YAML tree with every alias expanded (memoised per node, so an alias
+    bomb is measured in linear time)."""
+    import yaml
+
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    memo[key] = 1  # a cycle (recursive alias) counts once; Ansible refuses it itself
+    if isinstance(node, yaml.SequenceNode):
+        total = 1 + sum(_yaml_nodes(n, memo) for n in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total = 1 + sum(_yaml_nodes(k, memo) + _yaml_nodes(v, memo) for k, v in node.value)
+    else:
+        total = 1
+    memo[key] = min(total, MAX_YAML_NODES + 1)
+    return memo[key]
+
+
+def _duplicate_keys(docs: list[Any]) -> list[tuple[str, int]]:
+    """(key, line) of every key repeated in one YAML mapping (Ansible would warn, quoting the
+    file's lines, and keep the last value)."""
+    import yaml
+
+    found: list[tuple[str, int]] = []
+    stack, seen = list(docs), set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    if k.value in keys and k.value != "<<":
+                        found.append((k.value, k.start_mark.line + 1))
+                    keys.add(k.value)
+                stack.append(v)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return sorted(found, key=lambda kv: kv[1])
+
+
+def _range_hosts(pattern: str) -> int:
+    """How many hosts Ansible's range pattern ``pattern`` expands to (1 without a range)."""
+    total = 1
+    for start, end, step in _HOST_RANGE.findall(pattern):
+        if start.isdigit() and end.isdigit():
+            count = (int(end) - int(start)) // int(step or 1) + 1
+        else:
+            count = (ord(end) - ord(start)) // int(step or 1) + 1
+        total *= max(count, 1)
+        if total > MAX_RANGE_HOSTS:
+            break
+    return total
+
+
+def _host_patterns(node: Any) -> list[Any]:
+    """Scalar keys of every ``hosts:`` mapping in a composed YAML inventory."""
+    import yaml
+
+    found: list[Any] = []
+    stack, seen = [node], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, yaml.MappingNode):
+            for k, v in item.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == "hosts" and isinstance(v, yaml.MappingNode):
+                    found += [hk for hk, _ in v.value if isinstance(hk, yaml.ScalarNode)]
+                stack.append(v)
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend(item.value)
+    return found
+
+
+def preflight(inventory_path: str) -> None:
+    """Check the files of an inventory before Ansible reads them: regular files only, at most
+    MAX_FILE_BYTES each, YAML that parses (a syntax error names file, line and column),
+    at most MAX_YAML_NODES nodes after alias expansion (alias bombs), host range patterns
+    expanding to at most MAX_RANGE_HOSTS hosts. Raises ValidationError with every problem
+    (code INVENTORY), one per file."""
+    import yaml
+
+    where = _display_path(inventory_path)
+    problems: list[Problem] = []
+    files = _inventory_files(inventory_path, where)
+    if not any(source for _path, source in files):
+        raise ValidationError([Problem("INVENTORY", where, f"the inventory {where!r} has no inventory file, so it "
+                                       "defines no hosts", f"add hosts.yml with hosts in group {WORKERS_GROUP}")])
+    for path, source in files:
+        shown_path = _display_path(path)
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            problems.append(Problem("INVENTORY", shown_path, f"{shown_path} has {size:,} bytes; accepted: at most "
+                                    f"{MAX_FILE_BYTES:,} bytes per inventory file"))
+            continue
+        yamlish = path.endswith(_YAML_EXT) or not source
+        if not yamlish and not source:
+            continue
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", errors="replace")
+        if not yamlish or text.lstrip().startswith("$ANSIBLE_VAULT"):
+            if source:  # an INI inventory: its host patterns are the first word of a line
+                for line in text.splitlines():
+                    word = line.strip().split(" ")[0] if line.strip() else ""
+                    if word and not word.startswith(("[", "#", ";")) and _range_hosts(word) > MAX_RANGE_HOSTS:
+                        problems.append(Problem("INVENTORY", shown_path, f"host pattern {word[:80]!r} expands to more "
+                                                f"than {MAX_RANGE_HOSTS:,} hosts; accepted: at most {MAX_RANGE_HOSTS:,}"))
+                        break
+            continue
+        try:
+            docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            at = f"{shown_path}:{mark.line + 1}:{mark.column + 1}" if mark else shown_path
+            problems.append(Problem("INVENTORY", at, f"YAML parsing failed: {exc.problem or exc.context}"
+                                    + (f" ({exc.context})" if exc.context and exc.problem else ""),
+                                    "fix the YAML at that line"))
+            continue
+        except yaml.YAMLError as exc:
+            problems.append(Problem("INVENTORY", shown_path, f"YAML parsing failed: {str(exc).splitlines()[0]}"))
+            continue
+        memo: dict[int, int] = {}
+        if sum(_yaml_nodes(d, memo) for d in docs if d is not None) > MAX_YAML_NODES:
+            problems.append(Problem("INVENTORY", shown_path,
+                                    f"{shown_path} expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases * "
+                                    f"expanded); accepted: at most {MAX_YAML_NODES:,}",
+                                    "a YAML alias bomb? write the values out"))
+            continue
+        for key, line in _duplicate_keys(docs):
+            problems.append(Problem("INVENTORY", f"{shown_path}:{line}",
+                                    f"key {key[:80]!r} appears twice in one mapping; accepted: each key once",
+                                    "Ansible would keep only the last value: remove one"))
+        if source:
+            for key in (k for d in docs if d is not None for k in _host_patterns(d)):
+                if _range_hosts(str(key.value)) > MAX_RANGE_HOSTS:
+                    problems.append(Problem("INVENTORY", f"{shown_path}:{key.start_mark.line + 1}",
+                                            f"host pattern {str(key.value)[:80]!r} expands to more than "
+                                            f"{MAX_RANGE_HOSTS:,} hosts; accepted: at most {MAX_RANGE_HOSTS:,}"))
+    if problems:
+        raise ValidationError(problems)
+
+
+def _vault_secrets(loader: Any) -> None:
+    """Give ``loader`` the Vault secrets ansible-playbook would have from the configuration
+    (``ANSIBLE_VAULT_PASSWORD_FILE`` / ``vault_password_file``, ``ANSIBLE_VAULT_IDENTITY_LIST``),
+    never prompting; without any, Vault values stay encrypted (and unreadable)."""
+    from ansible import constants as C
+
+    files = [C.DEFAULT_VAULT_PASSWORD_FILE] if C.DEFAULT_VAULT_PASSWORD_FILE else []
+    ids = list(C.DEFAULT_VAULT_IDENTITY_LIST or [])
+    if not files and not ids:
+        return
+    from ansible.cli import CLI
+    from ansible.parsing.vault import VaultSecretsContext
+
+    secrets = CLI.setup_vault_secrets(loader, vault_ids=ids, vault_password_files=files, ask_vault_pass=False,
+                                      auto_prompt=False, initialize_context=False)
+    loader.set_vault_secrets(secrets)
+    current = VaultSecretsContext.current(optional=True)
+    if current is None:  # ansible-core's one process-wide context (initialize() works once)
+        VaultSecretsContext.initialize(VaultSecretsContext(secrets))
+    else:
+        current.secrets = secrets
+
+
 def _parse(inventory_path: str) -> tuple[Any, Any]:
     """Parse with Ansible; raise ValidationError when nothing usable comes out."""
     where = _display_path(inventory_path)
-    if not os.path.exists(inventory_path):
+    if not os.path.lexists(inventory_path):
         raise ValidationError([Problem("INVENTORY", where, f"inventory path {where!r} does not exist",
                                        "pass -i with an inventory directory or file")])
+    preflight(inventory_path)
     from ansible.inventory import manager as inventory_mod
     from ansible.parsing.dataloader import DataLoader
 
     loader = DataLoader()
+    _vault_secrets(loader)
     messages, restore = _capture_parse_errors(inventory_mod)
     try:
         inventory = inventory_mod.InventoryManager(loader=loader, sources=[os.path.abspath(inventory_path)])
@@ -337,6 +622,42 @@ def _parse(inventory_path: str) -> tuple[Any, Any]:
         raise ValidationError([Problem("INVENTORY", where, "the inventory defines no hosts",
                                        f"add hosts (group {WORKERS_GROUP}) to hosts.yml")])
     return inventory, loader
+
+
+def check_run_target(inventory_path: str | os.PathLike[str], limit: str | None) -> list[str]:
+    """What a run against ``inventory_path`` with Ansible's ``--limit`` ``limit`` would reach:
+    the host names. Raises ValidationError (the CLI exits 2, nothing contacted) for an
+    inventory that cannot be read or has no hosts, an empty ``limit`` (``''`` would mean every
+    host), a plain host or group name in ``limit`` that the inventory does not have, or a limit
+    that matches no host."""
+    path = str(inventory_path)
+    where = _display_path(path)
+    inventory, _loader = _parse(path)
+    names = list(inventory.hosts)
+    if limit is None:
+        return names
+    accepted = f"host or group names of the inventory ({', '.join(names[:20])}{', ...' if len(names) > 20 else ''})"
+    parts = [p.strip() for p in str(limit).replace(":", ",").split(",")]
+    if not str(limit).strip() or not any(parts):
+        raise ValidationError([Problem("LIMIT", "--limit", f"--limit {limit!r} names no host (an empty limit would "
+                                       f"mean every host); accepted: {accepted}", "leave --limit out to run on every host")])
+    problems = []
+    for part in parts:
+        plain_name = part.lstrip("!&")
+        if not plain_name or any(c in plain_name for c in "*?[~@"):
+            continue  # patterns, regexes and @files are Ansible's to match
+        if plain_name not in inventory.hosts and plain_name not in inventory.groups and plain_name != "localhost":
+            close = difflib.get_close_matches(plain_name, names + list(inventory.groups), n=1)
+            problems.append(Problem("LIMIT", "--limit", f"--limit names {plain_name!r}, which is neither a host nor a "
+                                    f"group of {where}; accepted: {accepted}",
+                                    f"did you mean {close[0]!r}?" if close else ""))
+    if problems:
+        raise ValidationError(problems)
+    inventory.subset(str(limit))
+    if not inventory.get_hosts():
+        raise ValidationError([Problem("LIMIT", "--limit", f"--limit {limit!r} matches no host of {where}; "
+                                       f"accepted: {accepted}")])
+    return [h.name for h in inventory.get_hosts()]
 
 
 def load_deployment(
@@ -411,7 +732,12 @@ def _load_deployment(
     def src(name: str) -> str:
         return r.sources.get(name, f"{root}/group_vars/all.yml:{name}")
 
+    _VAULTED.clear()
+    _vaulted(raw, _VAULTED)
+    secret_values = set(_VAULTED)
+
     r.unknown_keys(raw, VARIABLES, src, "variable")
+    _near_misses(first_layers, r)
     for key, value in raw.items():
         _check_text(value, src(key), r)
     _check_same_on_workers(workers, layers, first_layers, r, overrides or {})
@@ -446,6 +772,7 @@ def _load_deployment(
                          and k not in VARIABLES and k not in HOST_VARIABLES}
                 if typos:
                     r.unknown_keys(typos, VARIABLES, lambda k, label=label: label + k, "variable")
+            _near_misses(host_layers, r)
         spec = HostSpec(name=host.name, address=host.name, hardware=hardware_key,
                         groups=[g.name for g in host.groups])
         values = {}
@@ -456,16 +783,20 @@ def _load_deployment(
                 r.sources[f"hosts.{host.name}.{key[len('glmops_'):]}"] = where
             values[key] = r.typed(value, hspec, where)[1]
         ansible_host, where_host = _lookup(host_layers, "ansible_host")
-        for key, value, at in (("ansible_host", ansible_host, where_host),
-                               ("glmops_address", values["glmops_address"], r.sources.get(f"hosts.{host.name}.address"))):
-            if value is not None and not _ADDRESS.match(str(value)):
-                r.problem("ADDRESS", at or f"{root}/host_vars/{host.name}.yml:{key}",
-                          f"{key} {str(value)!r} of host {host.name} is not accepted; accepted: a host name, "
-                          "an IPv4 or an IPv6 address")
+        if ansible_host is not None and not ADDRESS.match(str(ansible_host)):
+            r.problem("ADDRESS", where_host or f"{root}/host_vars/{host.name}.yml:ansible_host",
+                      f"ansible_host {str(ansible_host)!r} of host {host.name} is not accepted; accepted: a host name, "
+                      "an IPv4 or an IPv6 address")
         for key in ("glmops_rdma_devices",):
             _check_text(values[key], f"hosts.{host.name}.{key}", r)
         if CONTROL_CHARS.search(host.name) or not host.name.isprintable():
             r.problem("ADDRESS", f"{root}:{host.name!r}", f"host name {host.name!r} is not printable text; accepted: a host name")
+        elif not ADDRESS.match(host.name):
+            # the name is the SSH target without ansible_host, and a directory of plan --out
+            r.problem("ADDRESS", f"{root}:{host.name}",
+                      f"host name {host.name!r} is not accepted; accepted: a host name, an IPv4 or an IPv6 address "
+                      "(letters, digits, . _ - :, not starting with '-', '.' or '/')",
+                      "rename the host and give its address in ansible_host")
         if values["glmops_address"]:
             spec.address = values["glmops_address"]
         elif ansible_host:
@@ -574,6 +905,10 @@ def _load_deployment(
     revision = ck["revision"] if ck["revision"] is not None else variant.get("revision")
     model_dir = ck["model_dir"].rstrip("/") or "/"
     local_dir = f"{model_dir}/{repo}" + (f"/{revision}" if revision else "")
+    if any(part in (".", "..") for part in f"{repo}/{revision or ''}".split("/")):
+        r.problem("PATH", f"{ck_path}.repo",
+                  f"checkpoint directory {local_dir!r} (model_dir/repo/revision) is not below model_dir {model_dir!r}; "
+                  "accepted: a repo id and revision without '..' or '.' segments")
     checkpoint = CheckpointSpec(
         repo=repo, revision=revision, model_dir=model_dir, local_dir=local_dir,
         size_gib=float(variant.get("weight_gib") or 0.0), allow_patterns=ck["allow_patterns"] or [],
@@ -634,6 +969,8 @@ def _load_deployment(
             "pip_extra": v["glmops_pip_extra"] or [],
             "layout": (layout or {}).get("id"),
             "raw_variables": sorted(raw),
+            # plain values read from Ansible Vault: secret by value wherever they land
+            "secret_values": secret_values,
         },
     )
     return dep
@@ -656,12 +993,47 @@ _FIELD_VARS = {
 }
 
 
+_ALL_NAMES = tuple(VARIABLES) + tuple(HOST_VARIABLES)
+
+
+def _near_misses(layers: list[tuple[str, dict]], r: _Reader) -> None:
+    """Variables that look like ours but are not spelled ``glmops_<name>`` (``glmosp_multimodal``,
+    ``glmops-checkpoint``, ``GLMOPS_MODEL``) would be ignored and the defaults used: each is an
+    UNKNOWN_KEY problem with a did-you-mean (once per file and name)."""
+    seen = {(p.path) for p in r.problems}
+    for label, data in layers:
+        for key in data:
+            if not isinstance(key, str) or key.startswith("glmops_") or len(key) > 200:
+                continue
+            norm = key.lower().replace("-", "_").replace(".", "_")
+            close = difflib.get_close_matches(norm, _ALL_NAMES, n=1, cutoff=0.85)
+            if not (norm.startswith("glmops") or close or difflib.get_close_matches(norm[:7], ["glmops_"], cutoff=0.7)
+                    and "_" in norm[5:8]):
+                continue
+            if not close:
+                close = difflib.get_close_matches("glmops_" + norm.split("_", 1)[-1], _ALL_NAMES, n=1, cutoff=0.6)
+            where = label + key
+            if where in seen:
+                continue
+            seen.add(where)
+            r.problem("UNKNOWN_KEY", where,
+                      f"variable {key!r} looks like a glmops variable but is not one, so it is ignored; "
+                      "accepted: glmops_<name> in lower case with '_' (docs/variables.md)",
+                      f"did you mean {close[0]!r}?" if close else "see docs/variables.md")
+
+
 def _env(data: dict, r: _Reader, path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in data.items():
         if not ENV_NAME.match(str(key)):
             r.problem("ENV_NAME", f"{path}.{key}", f"environment variable name {str(key)!r} is not accepted; "
                       "accepted: letters, digits and _, not starting with a digit")
+            continue
+        if RESERVED_ENV.match(str(key)):
+            r.problem("ENV_RESERVED", f"{path}.{key}",
+                      f"environment variable {key} is set by glmops or changes which code runs; accepted: any other "
+                      "name (not CUDA_VISIBLE_DEVICES, HF_HUB_OFFLINE, HOME, PATH, PYTHONPATH, LD_*, ...)",
+                      "GPUs come from glmops_gpus/pools.gpus, offline serving from glmops_checkpoint.offline")
             continue
         if isinstance(value, (dict, list)) or value is None:
             r.problem("TYPE", f"{path}.{key}", f"value {shown(str(key), value)} for env {key} is not a scalar; "

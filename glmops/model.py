@@ -26,11 +26,54 @@ Runtime = Literal["venv", "container"]
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 #: an environment variable name (letters, digits, _; not starting with a digit)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-#: a key or path segment that names a secret (HF_TOKEN, api-key, VLLM_API_KEY, password), not a count
-#: or id of tokens (max-num-batched-tokens, start_thinking_token_id)
+#: a key or path segment that names a secret: HF_TOKEN, hf-token, api-key, control-plane-api-keys,
+#: VLLM_API_KEY, OPENAI_KEY, PRIVATE_KEY, DB_PASS, password, ssl-keyfile-password, secret,
+#: credentials. ``token`` and a bare ``key``/``pass`` count only as the last segment (``*-token-threshold``,
+#: ``speculative-token-map``, ``max-num-batched-tokens``, ``forward-pass-metrics`` and ``disagg-config-key``
+#: are counts, maps and names, not secrets), ``allow-credentials`` (CORS) is a switch. The one
+#: home of the secret patterns: glmops.inventory, glmops.rules, ``plan --format`` and glmops.runner use it.
+_END = r"($|[.\]\[])"
+_SEP = r"($|[-_.:\]\[])"
 SECRET_NAME = re.compile(
-    r"(^|[-_.:])(api[-_]?key|token(?![-_]?(ids?|counts?|budget|limits?|len|length|per)($|[-_.]))"
-    r"|secret|password|passwd|credentials?)($|[-_.\]\[])", re.IGNORECASE)
+    r"(^|[-_.:])("
+    rf"(api|private|access|secret|auth|signing|encryption|master|admin)[-_]?keys?{_SEP}"
+    rf"|(?<!config[-_])(?<!cache[-_])(?<!sort[-_])(?<!hash[-_])keys?{_END}"
+    rf"|(?<!per[-_])(?<!first[-_])(?<!next[-_])(?<!last[-_])(?<!bos[-_])(?<!eos[-_])(?<!pad[-_])token{_END}"
+    rf"|(auth|access|bearer|refresh|session)[-_]?tokens?{_SEP}"
+    rf"|pass{_END}|pass(word|wd|phrase){_SEP}|secrets?{_SEP}|(?<!allow[-_])credentials?{_SEP}"
+    rf"|authorization{_SEP})", re.IGNORECASE)
+#: a value that is a secret whatever its name: a URL with a password (``scheme://user:pass@host``),
+#: a Hugging Face or OpenAI-style token, a PEM private key
+SECRET_VALUE = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|(^|[^A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,})"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+
+
+_SECRET_VALUE_TOKEN = re.compile(
+    r"(?<=://)[^/\s:@'\"]*:[^/\s@'\"]+(?=@)|hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[^'\"]*")
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every secret-shaped part (:data:`SECRET_VALUE`) replaced by ``<redacted>``."""
+    return _SECRET_VALUE_TOKEN.sub("<redacted>", text)
+
+
+def is_secret(name: str, value: object = None, secret_values: "set[str] | frozenset[str]" = frozenset()) -> bool:
+    """True when ``name`` (a key or dotted path) names a secret (:data:`SECRET_NAME`) or the
+    string ``value`` is one (:data:`SECRET_VALUE`, or one of ``secret_values``: values read
+    from Ansible Vault); a list or mapping is secret when any item (or key) is."""
+    if SECRET_NAME.search(str(name)):
+        return True
+    if isinstance(value, dict):
+        return any(is_secret(k, v, secret_values) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(is_secret("", v, secret_values) for v in value)
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        text = str(value)
+        return bool(SECRET_VALUE.search(text)) or text in secret_values
+    return False
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -46,6 +89,14 @@ class Problem:
     path: str
     message: str
     hint: str = ""
+
+    def __post_init__(self) -> None:
+        # a value that is a secret by its shape (a URL with a password, a token) is never
+        # repeated in a problem, whichever rule quotes it
+        for name in ("path", "message", "hint"):
+            text = getattr(self, name)
+            if isinstance(text, str) and SECRET_VALUE.search(text):
+                object.__setattr__(self, name, _scrub(text))
 
     def __str__(self) -> str:
         text = f"[{self.code}] {self.path}: {self.message}"

@@ -190,27 +190,60 @@ def config_text(cf: ConfigFile) -> str:
     return str(cf.content)
 
 
+UNIT_DIR = "/etc/systemd/system"
+
+
+def placed(dep: Deployment, path: str) -> str:
+    """``path`` when it is a file glmops may place on a host: absolute, normalised (no ``.``,
+    ``..``, ``//``) and below ``/etc/systemd/system``, ``<config_dir>/<deployment>`` or
+    ``<state_dir>/<deployment>``. Raises ValueError otherwise (a value that escaped the
+    inventory's checks must not choose where a file lands)."""
+    roots = [UNIT_DIR, f"{dep.config_dir.rstrip('/')}/{dep.name}", f"{dep.state_dir.rstrip('/')}/{dep.name}"]
+    ok = (path.startswith("/") and os.path.normpath(path) == path and "/" not in dep.name
+          and dep.name not in ("", ".", "..") and any(path.startswith(root + "/") for root in roots))
+    if not ok:
+        raise ValueError(f"file {path!r} is not below {', '.join(roots)}; refused")
+    return path
+
+
 def host_files(dep: Deployment, plan: Plan, host: str) -> list[RenderedFile]:
-    """Every file a deploy places on ``host``: units, target, env files (0600), configs."""
+    """Every file a deploy places on ``host``: units, target, env files (0600), configs.
+    Raises ValueError for a path outside the places of :func:`placed`."""
     files: list[RenderedFile] = []
     for svc in plan.on_host(host):
-        files.append(RenderedFile(f"/etc/systemd/system/{svc.unit}", unit_text(dep, svc, plan)))
+        files.append(RenderedFile(f"{UNIT_DIR}/{svc.unit}", unit_text(dep, svc, plan)))
         files.append(RenderedFile(env_path(dep, svc), env_text(dep, svc), "0600"))
         for cf in svc.files:
             files.append(RenderedFile(cf.path, config_text(cf), cf.mode))
-    files.append(RenderedFile(f"/etc/systemd/system/{target_name(dep)}", target_text(dep, plan, host)))
+    files.append(RenderedFile(f"{UNIT_DIR}/{target_name(dep)}", target_text(dep, plan, host)))
+    for f in files:
+        placed(dep, f.path)
     return files
+
+
+#: a host's directory name under ``plan --out`` (the inventory's host-name shape)
+_HOST_DIR = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
 
 
 def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[Path]:
     """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes.
-    Returns the written paths. Every file is rendered before the first is written, so a
-    render refusal (ValueError) leaves ``out_dir`` as it was."""
+    Returns the written paths. Every file is rendered and every target path resolved
+    (symlinks followed) before the first is written; a path that would land outside
+    ``OUT/<host>`` or a host name that is not one (``/``, ``../..``) is refused with
+    ValueError, leaving ``out_dir`` as it was."""
     written: list[Path] = []
-    root = Path(out_dir)
+    root = Path(os.path.realpath(out_dir))
     rendered = [(host, f) for host in plan.hosts for f in host_files(dep, plan, host)]
+    targets = []
     for host, f in rendered:
-        path = root / host / f.path.lstrip("/")
+        if not _HOST_DIR.match(host) or host in (".", ".."):
+            raise ValueError(f"host name {host!r} cannot name a directory under {out_dir}; refused")
+        base = root / host
+        path = Path(os.path.realpath(base / f.path.lstrip("/")))
+        if not path.is_relative_to(base) or path == base:
+            raise ValueError(f"{f.path} of host {host} would be written to {path}, outside {base}; refused")
+        targets.append((path, f))
+    for path, f in targets:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f.content, encoding="utf-8")
         path.chmod(int(f.mode, 8))

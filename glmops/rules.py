@@ -18,12 +18,10 @@ import re
 from typing import Any, Iterable
 
 from glmops import catalog as catalog_mod
-from glmops.model import SECRET_NAME, Deployment, Plan, PoolSpec, Problem, Service, ValidationError
+from glmops.model import Deployment, Plan, PoolSpec, Problem, Service, ValidationError, is_secret
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
-#: upper bound of tp/pp/ep/dp/replicas: far above any cluster, low enough that planning stays instant
-MAX_PARALLEL = 65536
-from glmops.variables import CHECKPOINT_KEYS, VARIABLES  # noqa: E402  (choices have one source)
+from glmops.variables import CHECKPOINT_KEYS, MAX_PARALLEL, VARIABLES  # noqa: E402,F401  (one source)
 
 TOPOLOGIES = VARIABLES["glmops_topology"].choices or ()
 RUNTIMES = VARIABLES["glmops_runtime"].choices or ()
@@ -36,6 +34,18 @@ LOCALHOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _few(names: list, shown: int = 10) -> str:
+    """``names`` as a list text, the first ``shown`` of a long list and how many more."""
+    names = list(names)
+    return str(names) if len(names) <= shown else f"{names[:shown]} and {len(names) - shown} more"
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, a huge integer shortened to its first digits and length."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} characters)"
 
 
 def _canon(key: str) -> str:
@@ -210,15 +220,17 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
 
 # Engine flags that would put a secret on the command line (argv is world-readable in /proc and
 # lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault.
-def _secret_keys(data: Any, prefix: str = "") -> list[str]:
-    """Dotted paths of the keys under ``data`` (nested mappings) that name a secret."""
+def _secret_keys(data: Any, prefix: str = "", secret_values: Any = frozenset()) -> list[str]:
+    """Dotted paths of the keys under ``data`` (nested mappings) that name a secret or whose
+    value is one (``glmops.model.is_secret``: URL with a password, a token, a Vault value)."""
     found = []
     if isinstance(data, dict):
         for key, value in data.items():
             path = f"{prefix}.{key}" if prefix else str(key)
-            if SECRET_NAME.search(str(key).lstrip("-")):
+            items = value if isinstance(value, list) else [value]
+            if is_secret(str(key).lstrip("-")) or any(is_secret("", v, secret_values) for v in items):
                 found.append(path)
-            found += _secret_keys(value, path)
+            found += _secret_keys(value, path, secret_values)
     return found
 
 
@@ -238,7 +250,7 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
     scopes += [(f"pools.{p.role}.engine_config", p.engine_config, "engine config key", "the engine's YAML config (0644)")
                for p in dep.pools]
     for where, data, what, lands in scopes:
-        for key in _secret_keys(data or {}):
+        for key in _secret_keys(data or {}, secret_values=dep.extra.get("secret_values") or frozenset()):
             out.append(Problem(
                 "SECRET_IN_ARGV", _src(dep, f"{where}.{key.split('.')[0]}", where, "pools"),
                 f"{what} {key!r} would put a secret into {lands}; accepted: secrets only through the environment",
@@ -633,7 +645,7 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
         if need > total:
             _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.replicas", f"pools.{pool.role}.tp", ppath),
                      f"pool {pool.role} needs {pool.replicas} x {world} = {need} GPUs (replicas {pool.replicas} x tp {pool.tp} "
-                     f"x pp {pool.pp} x dp {pool.dp}) but its hosts {hosts} have {total}"
+                     f"x pp {pool.pp} x dp {pool.dp}) but its hosts {_few(hosts)} have {total}"
                      + (f" within the pool's gpus {pool.gpus}" if pool.gpus else "") + f"; accepted: <= {total}",
                      "add hosts, lower replicas or parallelism")
     # total demand of all pools on shared hosts (pools pinned to disjoint gpus are fine)
@@ -880,7 +892,7 @@ def _check_trtllm(dep: Deployment, model: dict, engine: dict, out: list[Problem]
 
 
 def _check_limits(dep: Deployment, model: dict, out: list[Problem]) -> None:
-    limit = int(model.get("max_context") or 0)
+    limit = int(model.get("max_context") or 0) or (VARIABLES["glmops_max_seq_len"].bounds or (0, 0))[1]
     candidates: list[tuple[Any, str]] = [(dep.max_seq_len, _src(dep, "max_seq_len", "glmops_max_seq_len"))]
     for pool in dep.pools:
         args = _args(dep, pool)
@@ -903,8 +915,12 @@ def _check_limits(dep: Deployment, model: dict, out: list[Problem]) -> None:
                      "seed 000/002: the checkpoint's maximum context is 1,048,576 tokens")
     for field, var in (("max_batch_size", "glmops_max_batch_size"), ("max_num_tokens", "glmops_max_num_tokens")):
         value = getattr(dep, field)
+        high = (VARIABLES[var].bounds or (1, 0))[1]
         if value is not None and value < 1:
             _problem(out, "LIMIT", _src(dep, field, var), f"{var} {value!r} is not accepted; accepted: an integer >= 1")
+        elif value is not None and high and value > high:
+            _problem(out, "LIMIT", _src(dep, field, var),
+                     f"{var} {_short(value)} is not accepted; accepted: an integer 1..{high:,} (docs/variables.md)")
 
 
 def _check_versions(dep: Deployment, engine: dict, out: list[Problem]) -> None:
@@ -1058,12 +1074,16 @@ def _check_disagg(dep: Deployment, backend: dict, out: list[Problem]) -> None:
         hosts_pre, hosts_dec = _placed_hosts(dep, pre), _placed_hosts(dep, dec)
         cross = len(hosts_pre | hosts_dec) > 1
         if cross and (dep.hardware != "cpu"):
-            for h in sorted(hosts_pre | hosts_dec, key=list(dep.hosts).index):
-                if not dep.hosts[h].rdma_devices:
-                    _problem(out, "F06_RDMA_DEVICES", _src(dep, f"hosts.{h}.rdma_devices", f"hosts.{h}"),
-                             f"host {h} has no glmops_rdma_devices but NIXL transfers KV across hosts "
-                             f"({', '.join(sorted(hosts_pre | hosts_dec))}); accepted: a list of RDMA NICs, e.g. [mlx5_0, mlx5_1]",
-                             "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang")
+            placed = sorted(hosts_pre | hosts_dec, key=list(dep.hosts).index)
+            missing = [h for h in placed if not dep.hosts[h].rdma_devices]
+            if missing:  # one problem for the one cause, naming every host (a few shown in full)
+                h = missing[0]
+                names = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+                _problem(out, "F06_RDMA_DEVICES", _src(dep, f"hosts.{h}.rdma_devices", f"hosts.{h}"),
+                         f"host{'s' if len(missing) > 1 else ''} {names} ha{'ve' if len(missing) > 1 else 's'} no "
+                         f"glmops_rdma_devices but NIXL transfers KV across {len(placed)} hosts; accepted: a list of "
+                         "RDMA NICs on every host, e.g. [mlx5_0, mlx5_1]",
+                         "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang")
 
 
 def _check_side_channels(dep: Deployment, out: list[Problem]) -> None:
@@ -1324,8 +1344,9 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     problems = check(dep)
     if any(p.code == "CATALOG_KEY" for p in problems):
         return None, problems
-    if any(_bad_sizes(pool) for pool in dep.pools):
-        return None, problems  # out-of-range sizes: placing them would not end
+    if any(_bad_sizes(pool) for pool in dep.pools) or \
+            any(p.code == "PARALLELISM" for p in dep.extra.get("problems") or []):
+        return None, problems  # out-of-range sizes (the loader's or ours): placing them would not end
     plan = None
     try:
         from glmops import plan as plan_mod

@@ -68,6 +68,12 @@ PLAN_SUMMARY = "plan-summary.json"
 # the Plan (glmops.generations.departed) and the last task of a host's prune
 DEPARTED_TASK = "Decide what to do about the hosts that left the Plan"
 PRUNED_TASK = "Drop the current generation and the deploy stamp of the host that left the Plan"
+# ssh's words for an unknown or changed host key (StrictHostKeyChecking=yes), and what to do
+HOST_KEY_FAILURE = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED"
+                              r"|No (ED25519|ECDSA|RSA)? ?host key is known")
+HOST_KEY_HINT = ("hint: the host's SSH key is unknown or changed; accept a new host's key with "
+                 "`glmops known-hosts -i INVENTORY` (ssh-keyscan, appended to ~/.ssh/known_hosts); "
+                 "a changed key is never replaced: check the host, then `ssh-keygen -R HOST`")
 
 
 @dataclass
@@ -149,6 +155,9 @@ def run(
     """
     import ansible_runner
 
+    from glmops.inventory import check_run_target
+
+    check_run_target(inventory, limit)  # ValidationError (exit 2) before any host: no hosts, bad --limit
     console = console or make_console()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     rundir = runs_dir() / f"{stamp}-{verb}"
@@ -175,6 +184,10 @@ def run(
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
         "PYTHONUNBUFFERED": "1",
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False when the environment lacks it:
+        # check host keys on every run (an inventory may still say otherwise per host, e.g.
+        # ansible_host_key_checking or its own ansible_ssh_common_args)
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
     started = time.monotonic()
     with _secrets_out_of_environ():
@@ -211,7 +224,7 @@ def run(
 # Environment variables that hold secrets. ansible-runner writes the whole environment of the
 # run into its artifacts (artifacts/<ident>/command), so these are taken out of the environment
 # for the duration of the run; secrets reach hosts only through 0600 files or no_log vars.
-_SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL", re.IGNORECASE)
+from glmops.model import SECRET_NAME as _SECRET_ENV  # noqa: E402  (the one home of secret patterns)
 
 
 def secret_env_names(environ: dict[str, str] | None = None) -> list[str]:
@@ -264,6 +277,8 @@ def _collect(result: RunResult, event: dict) -> None:
     elif kind == "runner_on_unreachable":
         stats.unreachable += 1
         msg = res.get("msg", "unreachable")
+        if HOST_KEY_FAILURE.search(msg):
+            msg += f"\n{HOST_KEY_HINT}"
         stats.messages.append(msg)
         stats.failed_task = stats.failed_task or task
         result.failures.append(f"{host}: UNREACHABLE: {msg}")

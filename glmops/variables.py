@@ -8,15 +8,19 @@ docs/variables.md``; a unit test keeps the file equal to the output).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
 class Var:
     """One variable or dict key. ``type``: str | int | bool | dict | list (``elements`` for
     lists). ``default`` None = unset; ``shown_default`` is what the docs print when the
-    default is computed (e.g. from the catalog)."""
+    default is computed (e.g. from the catalog). ``shape`` names a :data:`SHAPES` entry the
+    value (each element of a list) must have; ``bounds`` is the inclusive ``(low, high)``
+    range of an int (of each int element), reported with ``code`` by the loader, or by
+    ``glmops.rules`` (with more context, e.g. the model's limit) when ``in_rules``."""
 
     type: str
     description: str
@@ -25,7 +29,135 @@ class Var:
     choices: tuple[str, ...] | None = None
     shown_default: str | None = None
     required: bool = False
+    shape: str | None = None
+    bounds: tuple[int, int] | None = None
+    code: str = "RANGE"
+    in_rules: bool = False
 
+
+# --- shapes: one per kind of value, checked where values enter (glmops.inventory) -------------
+
+#: one path segment of a unit-safe path: no whitespace, quotes, ``%`` (systemd specifiers),
+#: ``$``, ``:`` / ``,`` (docker ``-v`` separators), ``\``, ``;``
+_SEGMENT = r"[A-Za-z0-9_.+@=-]+"
+_UNIT_PATH = re.compile(rf"^/(?:{_SEGMENT}/?)*\Z")
+# OCI image reference (github.com/distribution/reference, reference.go grammar): a lower-case
+# path after an optional domain[:port], an optional tag and an optional digest; never an option
+_OCI_DOMAIN = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?"
+_OCI_COMPONENT = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*"
+_OCI_IMAGE = re.compile(
+    rf"^(?:{_OCI_DOMAIN}/)?{_OCI_COMPONENT}(?:/{_OCI_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?\Z")
+#: an inventory host name or address: a host name, IPv4 or IPv6 literal (never an option such as
+#: ``-oProxyCommand=``, never a path such as ``/`` or ``../..``)
+ADDRESS = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
+#: a POSIX-portable user or group name as useradd(8) accepts it by default (NAME_REGEX)
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
+
+
+def _path_problem(value: str) -> str | None:
+    if not _UNIT_PATH.match(value):
+        return "an absolute path of letters, digits and . _ + @ = - (no whitespace, %, $, :, quotes)"
+    if any(seg in (".", "..") for seg in value.split("/")):
+        return "an absolute path without '.' or '..' segments"
+    if len(value) > 1024:
+        return "an absolute path of at most 1024 characters"
+    return None
+
+
+def _repo_problem(value: str) -> str | None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        return "a Hugging Face repo id (owner/name: letters, digits, - _ . ; no '..' or '--')"
+    return None
+
+
+def _revision_problem(value: str) -> str | None:
+    if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.+/-]{0,254}\Z", value) or \
+            any(seg in ("", ".", "..") for seg in value.split("/")):
+        return "a commit sha, branch or tag (letters, digits, . _ + - /; no '..' segment, not an option)"
+    return None
+
+
+def _requirement_problem(value: str) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(value)
+    except InvalidRequirement:
+        return "a PEP 508 requirement (name[extras] specifier), never a pip option"
+    return None
+
+
+def _regex(pattern: str, accepted: str) -> Callable[[str], str | None]:
+    rx = re.compile(pattern)
+    return lambda value: None if rx.match(value) else accepted
+
+
+#: shape name -> (problem code, check returning None or what is accepted)
+SHAPES: dict[str, tuple[str, Callable[[str], str | None]]] = {
+    "path": ("PATH", _path_problem),
+    "user": ("USER", lambda v: None if USER_NAME.match(v) else
+             "a user/group name matching [a-z_][a-z0-9_-]* (at most 32 characters)"),
+    "image": ("IMAGE", lambda v: None if _OCI_IMAGE.match(v) else
+              "an OCI image reference ([registry[:port]/]name[:tag][@digest], lower-case name)"),
+    "address": ("ADDRESS", lambda v: None if ADDRESS.match(v) else "a host name, an IPv4 or an IPv6 address"),
+    "name": ("SHAPE", _regex(r"^[A-Za-z0-9_][A-Za-z0-9_.:/@+=-]{0,255}\Z",
+                             "a name of letters, digits and . _ : / @ + = - not starting with '-' (never a flag)")),
+    "nic": ("SHAPE", _regex(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z",
+                            "a device name of letters, digits and . _ - (at most 64 characters)")),
+    "version": ("SHAPE", _regex(r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}\Z",
+                                "a version of letters, digits and . + _ - (e.g. 0.11.2)")),
+    "repo": ("SHAPE", _repo_problem),
+    "revision": ("SHAPE", _revision_problem),
+    "requirement": ("SHAPE", _requirement_problem),
+}
+
+#: environment names glmops_env and a pool's env may not set: glmops sets them itself (device
+#: visibility from the placement, HF_HUB_OFFLINE from glmops_checkpoint.offline) or they change
+#: which code runs (the dynamic loader's LD_*, the interpreter's PYTHON* paths, PATH, HOME ...)
+RESERVED_ENV = re.compile(
+    r"^(CUDA_VISIBLE_DEVICES|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|HF_HUB_OFFLINE"
+    r"|TRANSFORMERS_OFFLINE|HOME|PATH|USER|LOGNAME|SHELL|PYTHONPATH|PYTHONHOME|PYTHONSTARTUP|PYTHONUSERBASE"
+    r"|VIRTUAL_ENV|BASH_ENV|ENV|NOTIFY_SOCKET|LISTEN_FDS|LISTEN_PID|LD_[A-Z0-9_]*)\Z", re.IGNORECASE)
+
+#: what each shape accepts, for the docs
+SHAPE_DOCS = {
+    "path": "unit-safe absolute path (letters, digits, `. _ + @ = -`; no whitespace, `%`, `$`, `:`, `..`)",
+    "user": "user name `[a-z_][a-z0-9_-]*`, at most 32 characters",
+    "image": "OCI image reference",
+    "address": "host name, IPv4 or IPv6 address (never an option)",
+    "name": "a name, never a flag (`[A-Za-z0-9_][A-Za-z0-9_.:/@+=-]*`)",
+    "nic": "device name `[A-Za-z0-9_][A-Za-z0-9_.-]*`",
+    "version": "version `[A-Za-z0-9][A-Za-z0-9.+_-]*`",
+    "repo": "Hugging Face repo id (huggingface_hub `validate_repo_id`)",
+    "revision": "commit, branch or tag (no `..`)",
+    "requirement": "PEP 508 requirement (never a pip option)",
+}
+
+
+def value_problem(var: Var, value: Any) -> tuple[str, str] | None:
+    """``(code, accepted)`` when the typed ``value`` does not have ``var``'s shape or bounds
+    (each element of a list), else None."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if var.shape and isinstance(item, str):
+            code, check = SHAPES[var.shape]
+            accepted = check(item)
+            if accepted:
+                return code, accepted
+        if var.bounds and not var.in_rules and isinstance(item, int) and not isinstance(item, bool):
+            low, high = var.bounds
+            if not low <= item <= high:
+                return var.code, f"an integer {low}..{high}"
+    return None
+
+
+#: upper bound of tp/pp/ep/dp/replicas: far above any cluster, low enough that planning stays instant
+MAX_PARALLEL = 65536
 
 VARIABLES: dict[str, Var] = {
     "glmops_deployment": Var("str", "Deployment name, used in unit names (`glm-<name>-prefill-0.service`).",
@@ -49,9 +181,9 @@ VARIABLES: dict[str, Var] = {
                                      "(`--event-plane`; `nats` deploys Debian's `nats-server` on the front door's host).",
                                      default="zmq", choices=("zmq", "nats")),
     "glmops_engine_version": Var("str", "Engine version; must be >= the catalog `min_version` (and `min_version_by_model`).",
-                                 shown_default="catalog `engines.<engine>.version`"),
+                                 shown_default="catalog `engines.<engine>.version`", shape="version"),
     "glmops_image": Var("str", "Container image override (`Deployment.extra['image']`).",
-                        shown_default="catalog image for engine x model x vendor"),
+                        shown_default="catalog image for engine x model x vendor", shape="image"),
     "glmops_hardware": Var("str", "Catalog hardware key (`cpu` = the lab, no GPU).", required=True),
     "glmops_runtime": Var("str", "How engines run on a host.", default="container", choices=("container", "venv")),
     "glmops_topology": Var("str", "Topology to deploy; `--topology` overrides.", default="agg", choices=("agg", "disagg")),
@@ -60,15 +192,15 @@ VARIABLES: dict[str, Var] = {
                              "(`recipes.yaml:layouts`) is used; `Deployment.extra['layout']` names it.",
                              shown_default="catalog layout for engine x hardware x topology"),
     "glmops_served_model_name": Var("str", "The `model` name clients send.",
-                                    shown_default="the variant's `served_model_name`, else the repo id"),
+                                    shown_default="the variant's `served_model_name`, else the repo id", shape="name"),
     "glmops_kv_cache_dtype": Var("str", "KV cache dtype: engine-neutral `auto` `bf16` `fp8` `nvfp4`, or the engine's own "
                                  "spelling (catalog `engines.<e>.kv_cache_dtype.accepted`, e.g. `fp8_e4m3`).", default="auto"),
     "glmops_max_seq_len": Var("int", "Maximum sequence length (input + output), <= the model's 1,048,576.",
-                              shown_default="recipe/engine default"),
+                              shown_default="recipe/engine default", bounds=(1, 1048576), code="MAX_SEQ_LEN", in_rules=True),
     "glmops_max_batch_size": Var("int", "TRT-LLM `--max_batch_size`, vLLM `--max-num-seqs`, SGLang `--max-running-requests`.",
-                                 shown_default="recipe/engine default"),
+                                 shown_default="recipe/engine default", bounds=(1, 65536), code="LIMIT", in_rules=True),
     "glmops_max_num_tokens": Var("int", "TRT-LLM `--max_num_tokens`, vLLM `--max-num-batched-tokens`.",
-                                 shown_default="recipe/engine default"),
+                                 shown_default="recipe/engine default", bounds=(1, 16777216), code="LIMIT", in_rules=True),
     "glmops_speculative": Var("dict", "Engine-neutral speculative decoding, e.g. `{method: mtp, num_speculative_tokens: 3}` "
                               "(TRT-LLM renders `speculative_config: {decoding_type: MTP, max_draft_len: 3}`, 1..5). "
                               "A pool's `speculative` overrides it; TRT-LLM and vLLM need equal settings on both "
@@ -76,7 +208,7 @@ VARIABLES: dict[str, Var] = {
     "glmops_multimodal": Var("bool", "Image/video input; needs `transformers==5.17.0` (seed 000).", default=False),
     "glmops_pip_extra": Var("list", "Extra requirement specifiers for the engine environment "
                             "(`Deployment.extra['pip_extra']`); a `transformers` pin other than `==5.17.0` is refused "
-                            "when multimodal is on.", elements="str", shown_default="`[]`"),
+                            "when multimodal is on.", elements="str", shown_default="`[]`", shape="requirement"),
     "glmops_engine_args": Var("dict", "Engine CLI flag overrides for every pool: flag name without leading dashes as the "
                               "engine spells it (`block-size`, `max_batch_size`); `true` = bare flag, `null` removes a "
                               "recipe flag. Names must be ones the engine's parser accepts (`glmops/catalog/flags/`, "
@@ -85,39 +217,42 @@ VARIABLES: dict[str, Var] = {
     "glmops_engine_config": Var("dict", "Engine config-file key overrides for every pool (TRT-LLM `--config` YAML keys; "
                                 "nested dicts merge; top-level keys checked like engine_args). Only TensorRT-LLM "
                                 "reads it (ENGINE_CONFIG).", shown_default="`{}`"),
-    "glmops_env": Var("dict", "Extra environment for every pool's services (values become strings).", shown_default="`{}`"),
+    "glmops_env": Var("dict", "Extra environment for every pool's services (values become strings). Names glmops sets or "
+                      "that change which code runs are refused (ENV_RESERVED): `CUDA_VISIBLE_DEVICES`, "
+                      "`HIP_VISIBLE_DEVICES`, `HF_HUB_OFFLINE`, `TRANSFORMERS_OFFLINE`, `HOME`, `PATH`, `PYTHONPATH`, "
+                      "`LD_*`, ... (`glmops.variables.RESERVED_ENV`).", shown_default="`{}`"),
     "glmops_checkpoint": Var("dict", "Where the weights come from and live (see Checkpoint).",
                              shown_default="from the catalog variant"),
-    "glmops_service_user": Var("str", "User the services run as.", default="glmops"),
-    "glmops_state_dir": Var("str", "State (generations, download markers).", default="/var/lib/glmops"),
-    "glmops_config_dir": Var("str", "Engine configs and env files (`<dir>/<deployment>/`).", default="/etc/glmops"),
-    "glmops_venv_root": Var("str", "Engine virtualenvs (`<root>/<engine>-<version>`).", default="/opt/glmops/venvs"),
-    "glmops_readiness_timeout_s": Var("int", "Seconds each worker may take to become ready.", default=1800),
+    "glmops_service_user": Var("str", "User the services run as.", default="glmops", shape="user"),
+    "glmops_state_dir": Var("str", "State (generations, download markers).", default="/var/lib/glmops", shape="path"),
+    "glmops_config_dir": Var("str", "Engine configs and env files (`<dir>/<deployment>/`).", default="/etc/glmops", shape="path"),
+    "glmops_venv_root": Var("str", "Engine virtualenvs (`<root>/<engine>-<version>`).", default="/opt/glmops/venvs", shape="path"),
+    "glmops_readiness_timeout_s": Var("int", "Seconds each worker may take to become ready.", default=1800, bounds=(1, 86400)),
 }
 
 HOST_VARIABLES: dict[str, Var] = {
     "glmops_address": Var("str", "Address services bind to and advertise (e.g. `VLLM_NIXL_SIDE_CHANNEL_HOST`).",
-                          shown_default="`ansible_host`, else the inventory name"),
+                          shown_default="`ansible_host`, else the inventory name", shape="address"),
     "glmops_gpus": Var("list", "GPU indices glmops may use on this host.", elements="int",
-                       shown_default="all of the hardware's (`range(gpus_per_node)`)"),
+                       shown_default="all of the hardware's (`range(gpus_per_node)`)", bounds=(0, 1023), code="GPU_INDEX"),
     "glmops_rdma_devices": Var("list", "RDMA NICs for NIXL/UCX (`[mlx5_0, mlx5_1]` -> `UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1`); "
                                "required on every host of a cross-host NIXL disagg (F06).", elements="str",
-                               shown_default="`[]`"),
+                               shown_default="`[]`", shape="nic"),
 }
 
 POOL_KEYS: dict[str, Var] = {
-    "tp": Var("int", "Tensor parallelism per replica.", default=1),
-    "pp": Var("int", "Pipeline parallelism per replica.", default=1),
-    "ep": Var("int", "Expert parallelism; reuses the replica's GPUs, must divide tp x pp x dp.", default=1),
-    "dp": Var("int", "Data parallelism per replica; GPUs per replica = tp x pp x dp.", default=1),
+    "tp": Var("int", "Tensor parallelism per replica.", default=1, bounds=(1, MAX_PARALLEL), code="PARALLELISM"),
+    "pp": Var("int", "Pipeline parallelism per replica.", default=1, bounds=(1, MAX_PARALLEL), code="PARALLELISM"),
+    "ep": Var("int", "Expert parallelism; reuses the replica's GPUs, must divide tp x pp x dp.", default=1, bounds=(1, MAX_PARALLEL), code="PARALLELISM"),
+    "dp": Var("int", "Data parallelism per replica; GPUs per replica = tp x pp x dp.", default=1, bounds=(1, MAX_PARALLEL), code="PARALLELISM"),
     "attention_dp": Var("bool", "Attention data parallelism (TRT-LLM `enable_attention_dp`).", default=False),
-    "replicas": Var("int", "Identical replicas of this pool.", default=1),
+    "replicas": Var("int", "Identical replicas of this pool.", default=1, bounds=(1, MAX_PARALLEL), code="PARALLELISM"),
     "hosts": Var("list", "Host or group names the pool may use (groups are expanded).", elements="str",
-                 shown_default="group `glmops_workers`, else all hosts"),
+                 shown_default="group `glmops_workers`, else all hosts", shape="address"),
     "gpus": Var("list", "GPU indices the pool uses on each of its hosts (seed 000: context `[0,1,2,3]`, generation "
-                "`[4,5,6,7]`).", elements="int", shown_default="any free GPUs"),
+                "`[4,5,6,7]`).", elements="int", shown_default="any free GPUs", bounds=(0, 1023), code="GPU_INDEX"),
     "port": Var("int", "HTTP port of the pool's first replica on a host (more replicas on that host count up).",
-                shown_default="engine/recipe default"),
+                shown_default="engine/recipe default", bounds=(1, 65535), code="PORT", in_rules=True),
     "engine_args": Var("dict", "Per-pool engine flag overrides (win over `glmops_engine_args`). Layout-affecting flags "
                        "must end equal on prefill and decode (F01).", shown_default="`{}`"),
     "engine_config": Var("dict", "Per-pool engine config keys (win over `glmops_engine_config`).", shown_default="`{}`"),
@@ -130,19 +265,20 @@ POOL_KEYS: dict[str, Var] = {
 ROUTER_KEYS: dict[str, Var] = {
     "kind": Var("str", "Front door: `none`, `vllm-router`, `trtllm-disaggregated`, `sglang-router`, `dynamo`.",
                 default="", shown_default="the engine's own (none for one aggregated replica)"),
-    "host": Var("str", "Host that runs it.", default="", shown_default="first host of group `glmops_routers`, else the first worker"),
-    "port": Var("int", "Endpoint port.", default=8000),
+    "host": Var("str", "Host that runs it.", default="", shown_default="first host of group `glmops_routers`, else the first worker",
+                shape="address"),
+    "port": Var("int", "Endpoint port.", default=8000, bounds=(1, 65535), code="PORT", in_rules=True),
     "policy": Var("str", "Engine-neutral routing policy (`round_robin`, `kv_aware`, `cache_aware`, ...).", default="round_robin"),
     "args": Var("dict", "Extra router flags (TensorRT-LLM disagg: disagg_config.yaml keys), checked against the "
                 "front door's parser like engine_args.", shown_default="`{}`"),
 }
 
 CHECKPOINT_KEYS: dict[str, Var] = {
-    "repo": Var("str", "Hugging Face repo id.", shown_default="the catalog variant's repo"),
+    "repo": Var("str", "Hugging Face repo id.", shown_default="the catalog variant's repo", shape="repo"),
     "revision": Var("str", "40-hex commit. Unset: the variant's pinned revision, else the download pins the commit it "
                     "fetched. With `offline: true` a branch or tag such as `main` is refused (F12).",
-                    shown_default="catalog variant revision"),
-    "model_dir": Var("str", "Directory holding checkpoints on each node.", default="/models"),
+                    shown_default="catalog variant revision", shape="revision"),
+    "model_dir": Var("str", "Directory holding checkpoints on each node.", default="/models", shape="path"),
     "mode": Var("str", "How nodes get the weights.", default="fanout", choices=("per_node", "fanout", "shared")),
     "offline": Var("bool", "Serve with `HF_HUB_OFFLINE=1` from the local snapshot.", default=True),
     "allow_patterns": Var("list", "Only download files matching these patterns.", elements="str", shown_default="all files"),
@@ -233,6 +369,10 @@ def _table(rows: dict[str, Var], key_title: str) -> list[str]:
         meaning = var.description
         if var.choices:
             meaning += " Accepted: " + ", ".join(f"`{c}`" for c in var.choices) + "."
+        if var.shape:
+            meaning += f" Shape: {SHAPE_DOCS[var.shape]}."
+        if var.bounds:
+            meaning += f" Range: {var.bounds[0]:,}..{var.bounds[1]:,}."
         lines.append(f"| `{name}` | {_type(var)} | {_default(var)} | {meaning.replace('|', chr(92) + '|')} |")
     return lines
 

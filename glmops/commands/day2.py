@@ -42,8 +42,21 @@ def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], s
     """(generations dir, hosts, deployment name) from the inventory, without the rules:
     history and rollback work on an inventory the rules reject."""
     from glmops.inventory import load_deployment
+    from glmops.model import Problem, ValidationError
+    from glmops.rules import _NAME_RE
 
     dep = load_deployment(inventory, topology=topology)
+    # what this verb uses must be sound even when the rest may not be: the deployment name and
+    # state dir choose the records read and restored, the addresses the hosts contacted
+    used = ("glmops_deployment", "glmops_state_dir", "ansible_host", "glmops_address")
+    problems = [p for p in dep.extra.get("problems") or []
+                if p.code in ("ADDRESS", "INVENTORY") or any(name in p.path for name in used)]
+    if not _NAME_RE.match(dep.name or ""):
+        problems.append(Problem("DEPLOYMENT_NAME", dep.source("name"),
+                                f"deployment name {dep.name!r} is not accepted: use 1-40 characters a-z, 0-9 and '-'",
+                                "set glmops_deployment, e.g. flash-b200"))
+    if problems:
+        raise ValidationError(problems)
     hosts = list(dict.fromkeys([*dep.extra.get("workers", []), *dep.extra.get("routers", []),
                                 *(p for pool in dep.pools for p in (pool.hosts or [])),
                                 *([dep.router.host] if dep.router and dep.router.host else [])]))

@@ -52,17 +52,29 @@ def table_text(plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def redacted(data):
-    """``data`` (a Plan as dicts/lists) with the values of secret-looking keys (``*TOKEN*``,
-    ``*API_KEY*``, ``*SECRET*``, ``*PASSWORD*``) shown as ``<redacted>``: the env files
-    (``--out``, mode 0600) carry them, the printed Plan does not."""
-    from glmops.model import SECRET_NAME
+def redacted(data, secret_values=frozenset()):
+    """``data`` (a Plan as dicts/lists) with secrets shown as ``<redacted>``: the values of
+    secret-looking keys (``*TOKEN``, ``*API_KEY*``, ``*_PASS``, ``*SECRET*``, ...), values that
+    are secrets themselves (a URL with a password, a token, a Vault value: ``secret_values``)
+    and argv words after a secret flag. The env files (``--out``, mode 0600) carry them, the
+    printed Plan does not. Patterns: ``glmops.model.is_secret``."""
+    from glmops.model import is_secret
 
     if isinstance(data, dict):
-        return {k: "<redacted>" if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, (str, int, float))
-                else redacted(v) for k, v in data.items()}
+        return {k: "<redacted>" if isinstance(k, str) and isinstance(v, (str, int, float)) and is_secret(k, v, secret_values)
+                else redacted(v, secret_values) for k, v in data.items()}
     if isinstance(data, list):
-        return [redacted(v) for v in data]
+        out, hide = [], False
+        for v in data:
+            if isinstance(v, str) and (hide or is_secret("", v, secret_values)):
+                out.append("<redacted>")
+                hide = False
+                continue
+            hide = isinstance(v, str) and v.startswith("--") and is_secret(v.lstrip("-").split("=")[0])
+            out.append(redacted(v, secret_values))
+        return out
+    if isinstance(data, str) and is_secret("", data, secret_values):
+        return "<redacted>"
     return data
 
 
@@ -79,6 +91,9 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) ->
     """Show which services run where, with which flags (exit 2 on bad input)."""
     from glmops.model import ValidationError
 
+    if out_dir is not None and not out_dir.strip():
+        click.echo("error: --out '' names no directory; accepted: a directory path", err=True)
+        sys.exit(2)
     try:
         dep, the_plan = load_plan(inventory, topology)
         written = []
@@ -95,11 +110,11 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) ->
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     if fmt == "json":
-        click.echo(json.dumps(redacted(the_plan.to_dict()), indent=2))
+        click.echo(json.dumps(redacted(the_plan.to_dict(), dep.extra.get("secret_values") or frozenset()), indent=2))
     elif fmt == "yaml":
         import yaml
 
-        click.echo(yaml.safe_dump(redacted(the_plan.to_dict()), sort_keys=False), nl=False)
+        click.echo(yaml.safe_dump(redacted(the_plan.to_dict(), dep.extra.get("secret_values") or frozenset()), sort_keys=False), nl=False)
     else:
         click.echo(table_text(the_plan), nl=False)
     if out_dir:
