@@ -14,6 +14,7 @@ import click
 VERBS: dict[str, tuple[str, str]] = {
     "validate": ("glmops.commands.core:validate", "Check an inventory; print every problem (exit 2)."),
     "plan": ("glmops.commands.core:plan", "Show which services run where, with which flags."),
+    "targets": ("glmops.commands.monitoring:targets", "Print the deployment's Prometheus scrape targets (file_sd JSON)."),
     "lab": ("glmops.lab.cli:lab", "Local systemd-nspawn hosts to rehearse on."),
     "download": ("glmops.commands.download:download", "Fetch the pinned checkpoint once, verify it, copy it to every serving host."),
     "provision": ("glmops.commands.provision:provision", "Install the NVIDIA driver stack and container toolkit, then run every precheck."),

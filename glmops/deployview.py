@@ -13,10 +13,11 @@ validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan
      hosts: {host: {units: [unit], runtimes: [{engine, version, venv | mode+image+tag, pins}], target: file + {name},
                     workers: bundle, routers: bundle}},
        bundle: {services: [service view], files: [file], secret_files: [file]}
-     worker_hosts: [host], router_hosts: [host]}
+     worker_hosts: [host], router_hosts: [host],
+     monitoring: glmops.monitoring.view (targets, the Prometheus host and its files)}
 
     service view: {name, unit, host, role, pool, engine, address, port, url, gpus,
-                   health_url, ready_url, start_order, replica, runtime, image,
+                   health_url, ready_url, metrics_url, start_order, replica, runtime, image,
                    paths: [every file path the unit depends on, unit file first],
                    runtime_marker: the venv's install marker ("" unless venv runtime)}
     file:         {path, content (str), mode, owner, group, service, sha256}
@@ -81,7 +82,7 @@ def plan_view(inventory: str, topology: str | None = None,
 
 def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
     """Turn a Deployment and its Plan into the playbooks' dict (see module docstring)."""
-    from glmops import render
+    from glmops import monitoring, render
     from glmops.checkpoint import plan_view as checkpoint_view
 
     target = render.target_name(dep)
@@ -110,6 +111,7 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         "hosts": {},
         "worker_hosts": [],
         "router_hosts": [],
+        "monitoring": monitoring.view(dep, plan),  # glmops.monitoring: scrape targets, Prometheus host
     }
     ordered = sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name))
     for svc in ordered:
@@ -184,6 +186,7 @@ def _service_view(svc: Service, paths: list[str]) -> dict[str, Any]:
         "gpus": list(svc.gpus),
         "health_url": svc.health_url,
         "ready_url": svc.ready_url,
+        "metrics_url": svc.metrics_url,
         "start_order": svc.start_order,
         "replica": svc.replica,
         "runtime": svc.runtime,

@@ -184,12 +184,20 @@ def host_files(dep: Deployment, plan: Plan, host: str) -> list[RenderedFile]:
 
 
 def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[Path]:
-    """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes.
+    """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes, the
+    Prometheus host's (``glmops_monitoring.enabled``) and ``OUT/_monitoring/file_sd/glmops-<dep>.json``.
     Returns the written paths. Every file is rendered before the first is written, so a
     render refusal (ValueError) leaves ``out_dir`` as it was."""
     written: list[Path] = []
     root = Path(out_dir)
+    from glmops import monitoring
+
     rendered = [(host, f) for host in plan.hosts for f in host_files(dep, plan, host)]
+    mon = monitoring.settings(dep)
+    rendered += [(mon["host"], RenderedFile(p, c, m)) for p, c, m in monitoring.host_files(dep, plan)]
+    # the scrape targets for a Prometheus of your own (glmops targets prints the same)
+    rendered.append(("_monitoring", RenderedFile(f"/file_sd/{monitoring.file_sd_name(dep)}",
+                                                 monitoring.targets_json(dep, plan))))
     for host, f in rendered:
         path = root / host / f.path.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)

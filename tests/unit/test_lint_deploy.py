@@ -9,6 +9,7 @@ REPO = Path(__file__).resolve().parents[2]
 PATHS = ["roles/engine_service", "roles/router", "playbooks/deploy.yml", "playbooks/serve.yml",
          "playbooks/status.yml", "playbooks/stop.yml", "playbooks/restart.yml", "playbooks/logs.yml",
          "playbooks/destroy.yml", "playbooks/plays/plan.yml", "playbooks/plays/services.yml",
+         "roles/monitoring", "playbooks/plays/monitoring.yml", "glmops/monitoring/rules",
          "inventories/lab", "inventories/lab-b200sim", "inventories/lab-b200sim-sglang"]
 
 
