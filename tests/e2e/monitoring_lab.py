@@ -47,10 +47,11 @@ def wait_for(what: str, fn, timeout: float):
     raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
 
 
-def lab_expression(names: set[str], only_with: set[str]) -> bool:
+def lab_expression(names: set[str], only_with: set[str], families: tuple[str, ...] = LAB_FAMILIES) -> bool:
     """True when every series an expression names could exist in the vLLM lab (some vLLM or
-    router series, the rest builtin) and none needs a feature the lab lacks."""
-    own = {n for n in names if n.startswith(LAB_FAMILIES)}
+    router series, or node exporter's when it runs, the rest builtin) and none needs a feature
+    the lab lacks."""
+    own = {n for n in names if n.startswith(families)}
     return bool(own) and not (own & only_with) or (names and names <= LAB_BUILTIN)
 
 
@@ -104,10 +105,11 @@ def check_prometheus(inventory: Path, runs_dir: Path, deployment: str, endpoint:
         exprs += [(f"rule {r['alert']}", sig) for r in group["rules"] for sig in monitoring.signals(r["expr"])]
     for fam, board in monitoring.dashboards().items():
         exprs += [(f"dashboard {fam}", monitoring.grafana_to_promql(e)) for e in monitoring.dashboard_exprs(board)]
+    families = LAB_FAMILIES + (("node_systemd_",) if mon["node_exporter"] else ())
     evaluated, skipped, empty = 0, {}, []
     for where, expr in exprs:
         names = monitoring.metric_names(expr)
-        if not lab_expression(names, only_with):
+        if not lab_expression(names, only_with, families):
             skipped[expr] = f"{where}: series the vLLM lab has none of ({', '.join(sorted(names))})"
             continue
         evaluated += 1

@@ -210,7 +210,7 @@ def test_promtool_unit_tests_fire_worker_down_kv_full_and_the_slo(tmp_path):
     (tmp_path / "slo-lab.yml").write_text(monitoring.slo_rules(dep))
     tests = yaml.safe_load(monitoring.RULE_TESTS.read_text())
     fired = {t["alertname"] for case in tests["tests"] for t in case["alert_rule_test"] if t["exp_alerts"]}
-    assert {"GlmopsWorkerDown", "GlmopsKVCacheNearFull", "GlmopsTTFTp99AboveSLO"} <= fired
+    assert {"GlmopsWorkerDown", "GlmopsKVCacheNearFull", "GlmopsTTFTp99AboveSLO", "GlmopsUnitRestartLoop"} <= fired
     proc = subprocess.run([PROMTOOL, "test", "rules", monitoring.RULE_TESTS.name], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
