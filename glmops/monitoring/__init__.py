@@ -343,10 +343,16 @@ def parse_samples(text: str) -> dict[str, float]:
 
 def live_numbers(engine: str, text: str) -> dict[str, float | None]:
     """``{running, waiting, kv_cache}`` from one /metrics text, by the catalog's
-    ``metrics.live`` names for ``engine`` (None where the engine does not export it)."""
-    live = ((_catalog().engine(engine).get("metrics") or {}).get("live")) or {}
+    ``metrics.live`` names for ``engine``, then the workers' engines' (a Dynamo worker's system
+    port passes its vLLM/SGLang series through); None where none of them is in the text."""
     samples = parse_samples(text)
-    return {key: samples.get(live[key]) if live.get(key) else None for key in ("running", "waiting", "kv_cache")}
+    out: dict[str, float | None] = {"running": None, "waiting": None, "kv_cache": None}
+    for eng in dict.fromkeys((engine, "vllm", "sglang", "trtllm")):
+        live = ((_catalog().engine(eng).get("metrics") or {}).get("live")) or {}
+        for key in out:
+            if out[key] is None and live.get(key) in samples:
+                out[key] = samples[live[key]]
+    return out
 
 
 def read_live(services: list[dict[str, Any]], timeout: float = 3.0) -> dict[str, dict[str, float | None]]:

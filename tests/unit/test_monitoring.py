@@ -232,3 +232,7 @@ def test_live_numbers_from_vllm_text():
             'vllm:kv_cache_usage_perc{engine="0",model_name="tiny-llama"} 0.25\n')
     assert monitoring.live_numbers("vllm", text) == {"running": 2.0, "waiting": 1.0, "kv_cache": 0.25}
     assert monitoring.live_numbers("vllm", "") == {"running": None, "waiting": None, "kv_cache": None}
+    # a Dynamo vLLM worker's system port passes vLLM's series through; the frontend has its own
+    assert monitoring.live_numbers("dynamo", text) == {"running": 2.0, "waiting": 1.0, "kv_cache": 0.25}
+    front = "dynamo_frontend_inflight_requests 3\ndynamo_frontend_queued_requests 0\n"
+    assert monitoring.live_numbers("dynamo", front) == {"running": 3.0, "waiting": 0.0, "kv_cache": None}
