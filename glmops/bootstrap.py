@@ -5,7 +5,8 @@ Idempotent: packages already present are not reinstalled, an existing ``.venv`` 
 
 Steps:
 1. ``apt-get install`` what the CLI, the lab and the tests need (python3-venv, debootstrap,
-   systemd-container, nftables, zstd, systemd for ``systemd-analyze``, iproute2, rsync, ssh, git).
+   systemd-container, nftables, zstd, systemd for ``systemd-analyze``, iproute2, rsync, ssh, git,
+   prometheus for ``promtool``).
 2. ``python3 -m venv .venv`` in the checkout and ``pip install -e .[test,bench,lab]``.
 
 Exit status: 0 ready, 1 a step failed (its command and output are printed).
@@ -37,6 +38,8 @@ APT_PACKAGES: dict[str, str] = {
     # the stand-in NVIDIA/Docker apt repos of the provisioning tests (tests/doubles/aptrepo)
     "dpkg-dev": "dpkg-scanpackages",
     "gpg": "gpg",
+    # promtool: the alert rules' checks and unit tests (tests/unit/test_monitoring.py)
+    "prometheus": "promtool",
 }
 
 

@@ -15,6 +15,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "validate": ("glmops.commands.core:validate", "Check an inventory; print every problem (exit 2)."),
     "plan": ("glmops.commands.core:plan", "Show which services run where, with which flags."),
     "known-hosts": ("glmops.commands.hostkeys:known_hosts", "Accept the SSH host keys of the inventory's hosts (ssh-keyscan)."),
+    "targets": ("glmops.commands.monitoring:targets", "Print the deployment's Prometheus scrape targets (file_sd JSON)."),
     "lab": ("glmops.lab.cli:lab", "Local systemd-nspawn hosts to rehearse on."),
     "download": ("glmops.commands.download:download", "Fetch the pinned checkpoint once, verify it, copy it to every serving host."),
     "provision": ("glmops.commands.provision:provision", "Install the NVIDIA driver stack and container toolkit, then run every precheck."),

@@ -14,10 +14,11 @@ validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan
                     stores: bundle, workers: bundle, routers: bundle}},
        bundle: {services: [service view], files: [file], secret_files: [file]}
      worker_hosts: [host], router_hosts: [host], store_hosts: [host],
-     stores: [{unit, host, address, port, engine}]}   # Dynamo's discovery store members (and NATS)
+     stores: [{unit, host, address, port, engine}],   # Dynamo's discovery store members (and NATS)
+     monitoring: glmops.monitoring.view (targets, the Prometheus host and its files)}
 
     service view: {name, unit, host, role, pool, engine, address, port, url, gpus,
-                   health_url, ready_url, start_order, replica, runtime, image,
+                   health_url, ready_url, metrics_url, start_order, replica, runtime, image,
                    paths: [every file path the unit depends on, unit file first],
                    instances: worker instances a front door must list before it is ready (0: not checked),
                    runtime_marker: the venv's install marker ("" unless venv runtime)}
@@ -83,7 +84,7 @@ def plan_view(inventory: str, topology: str | None = None,
 
 def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
     """Turn a Deployment and its Plan into the playbooks' dict (see module docstring)."""
-    from glmops import render
+    from glmops import monitoring, render
     from glmops.checkpoint import plan_view as checkpoint_view
 
     target = render.target_name(dep)
@@ -116,6 +117,7 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         # Dynamo's discovery store: {unit, client} per member (the workers' reachability precheck)
         "stores": [{"unit": s.unit, "host": s.host, "address": s.address, "port": s.port,
                     "engine": s.engine} for s in plan.services if s.role == "store"],
+        "monitoring": monitoring.view(dep, plan),  # glmops.monitoring: scrape targets, Prometheus host
     }
     ordered = sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name))
     for svc in ordered:
@@ -198,6 +200,7 @@ def _service_view(svc: Service, paths: list[str]) -> dict[str, Any]:
         "gpus": list(svc.gpus),
         "health_url": svc.health_url,
         "ready_url": svc.ready_url,
+        "metrics_url": svc.metrics_url,
         "start_order": svc.start_order,
         "replica": svc.replica,
         "runtime": svc.runtime,

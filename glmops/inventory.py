@@ -41,6 +41,7 @@ from glmops.variables import (  # noqa: E402
     ADDRESS,
     CHECKPOINT_KEYS,
     HOST_VARIABLES,
+    MONITORING_KEYS,
     POOL_KEYS,
     RESERVED_ENV,
     ROUTER_KEYS,
@@ -915,6 +916,19 @@ def _load_deployment(
         mode=ck["mode"], offline=ck["offline"],
     )
 
+    # --- monitoring (glmops.monitoring) ------------------------------------------------------------
+    mon_raw = v["glmops_monitoring"] or {}
+    mon_path = src("glmops_monitoring")
+    r.unknown_keys(mon_raw, MONITORING_KEYS, lambda k: f"{mon_path}.{k}", "monitoring key")
+    monitoring: dict[str, Any] = {}
+    for key, kspec in MONITORING_KEYS.items():
+        monitoring[key] = r.typed(mon_raw.get(key), kspec, f"{mon_path}.{key}")[1]
+    if not monitoring["host"]:
+        monitoring["host"] = router.host
+    elif monitoring["host"] not in hosts:
+        r.problem("UNKNOWN_HOST", f"{mon_path}.host",
+                  f"monitoring host {monitoring['host']!r} is not in the inventory; accepted: {', '.join(list(hosts)[:10])}")
+
     served = v["glmops_served_model_name"] or variant.get("served_model_name") or repo
     engine_version = v["glmops_engine_version"] or str(engine.get("version") or "")
     name = v["glmops_deployment"] or os.path.basename(os.path.abspath(inv_dir)) or "glm"
@@ -968,6 +982,7 @@ def _load_deployment(
             "image": v["glmops_image"],
             "pip_extra": v["glmops_pip_extra"] or [],
             "layout": (layout or {}).get("id"),
+            "monitoring": monitoring,
             "raw_variables": sorted(raw),
             # plain values read from Ansible Vault: secret by value wherever they land
             "secret_values": secret_values,

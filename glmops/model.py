@@ -259,7 +259,8 @@ class Service:
     binds, by purpose (``http``, ``nixl_side_channel``, ``kv_events``, ``metrics``,
     ...; per-rank ranges expanded), for collision checks. ``health_url`` is the
     engine's own ``/health``; readiness is that 200 and then a one-token request
-    to ``ready_url`` (never ``/v1/models``, F13). ``start_order``: lower starts
+    to ``ready_url`` (never ``/v1/models``, F13). ``metrics_url`` is where the service serves
+    Prometheus text (empty: none; catalog ``engines.<engine>.metrics``). ``start_order``: lower starts
     first; stores 1 (Dynamo's discovery store), workers 10, followers 5,
     router/orchestrator/frontend 50. ``instances``: a front door that discovers its workers
     (Dynamo's frontend) counts as ready only when its ``/health`` lists this many worker
@@ -279,6 +280,7 @@ class Service:
     files: list[ConfigFile] = field(default_factory=list)
     health_url: str = ""
     ready_url: str = ""
+    metrics_url: str = ""
     start_order: int = 10
     replica: int = 0
     node_rank: int = 0

@@ -222,21 +222,31 @@ def host_files(dep: Deployment, plan: Plan, host: str) -> list[RenderedFile]:
 
 
 #: a host's directory name under ``plan --out`` (the inventory's host-name shape)
+#: plan --out's directory for what is no host's: the scrape targets (no host name starts with "_")
+MONITORING_DIR = "_monitoring"
 _HOST_DIR = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
 
 
 def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[Path]:
-    """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes.
+    """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes, the
+    Prometheus host's (``glmops_monitoring.enabled``) and ``OUT/_monitoring/file_sd/glmops-<dep>.json``.
     Returns the written paths. Every file is rendered and every target path resolved
     (symlinks followed) before the first is written; a path that would land outside
     ``OUT/<host>`` or a host name that is not one (``/``, ``../..``) is refused with
     ValueError, leaving ``out_dir`` as it was."""
+    from glmops import monitoring
+
     written: list[Path] = []
     root = Path(os.path.realpath(out_dir))
     rendered = [(host, f) for host in plan.hosts for f in host_files(dep, plan, host)]
+    mon = monitoring.settings(dep)
+    rendered += [(mon["host"], RenderedFile(p, c, m)) for p, c, m in monitoring.host_files(dep, plan)]
+    # the scrape targets for a Prometheus of your own (glmops targets prints the same)
+    rendered.append((MONITORING_DIR, RenderedFile(f"/file_sd/{monitoring.file_sd_name(dep)}",
+                                                  monitoring.targets_json(dep, plan))))
     targets = []
     for host, f in rendered:
-        if not _HOST_DIR.match(host) or host in (".", ".."):
+        if host != MONITORING_DIR and (not _HOST_DIR.match(host) or host in (".", "..")):
             raise ValueError(f"host name {host!r} cannot name a directory under {out_dir}; refused")
         base = root / host
         path = Path(os.path.realpath(base / f.path.lstrip("/")))

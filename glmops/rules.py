@@ -1367,6 +1367,9 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
         # the rendered-config checks repeat deployment-level findings: report each code once
         said = {p.code for p in problems}
         problems += [p for p in check_plan(plan, dep) if p.code not in said or p.code not in _PLAN_REPEATS]
+        from glmops import monitoring  # Prometheus' / the exporters' ports against the Plan's (F05)
+
+        problems += monitoring.check(dep, plan)
     return plan, _dedupe(problems)
 
 

@@ -228,6 +228,9 @@ VARIABLES: dict[str, Var] = {
     "glmops_config_dir": Var("str", "Engine configs and env files (`<dir>/<deployment>/`).", default="/etc/glmops", shape="path"),
     "glmops_venv_root": Var("str", "Engine virtualenvs (`<root>/<engine>-<version>`).", default="/opt/glmops/venvs", shape="path"),
     "glmops_readiness_timeout_s": Var("int", "Seconds each worker may take to become ready.", default=1800, bounds=(1, 86400)),
+    "glmops_monitoring": Var("dict", "Prometheus for the deployment (see Monitoring): scrape targets are always "
+                             "rendered (`glmops targets`); `enabled: true` installs Debian's `prometheus` on one host "
+                             "with them, the shipped alert rules and optional exporters.", shown_default="`{}` (off)"),
 }
 
 HOST_VARIABLES: dict[str, Var] = {
@@ -282,6 +285,19 @@ CHECKPOINT_KEYS: dict[str, Var] = {
     "mode": Var("str", "How nodes get the weights.", default="fanout", choices=("per_node", "fanout", "shared")),
     "offline": Var("bool", "Serve with `HF_HUB_OFFLINE=1` from the local snapshot.", default=True),
     "allow_patterns": Var("list", "Only download files matching these patterns.", elements="str", shown_default="all files"),
+}
+
+MONITORING_KEYS: dict[str, Var] = {
+    "enabled": Var("bool", "Install Debian's `prometheus` on `host`, scraping the deployment (roles/monitoring).",
+                   default=False),
+    "host": Var("str", "Host that runs Prometheus.", default="", shown_default="the router/frontend host"),
+    "port": Var("int", "Prometheus' listen port (on the host's address only).", default=9090),
+    "scrape_interval": Var("str", "Prometheus scrape and rule evaluation interval.", default="15s"),
+    "node_exporter": Var("bool", "Debian's `prometheus-node-exporter` on every host of the deployment, a scrape target "
+                         "(role `exporter`).", default=False),
+    "dcgm_exporter": Var("bool", "NVIDIA's DCGM exporter on every GPU host, a scrape target (role `exporter`).",
+                         default=False),
+    "ttft_p99_slo_ms": Var("int", "Alert GlmopsTTFTp99AboveSLO fires when TTFT p99 stays above this.", default=2000),
 }
 
 GROUPS = {
@@ -410,6 +426,15 @@ def markdown() -> str:
         "## Checkpoint: `glmops_checkpoint`",
         "",
         *_table(CHECKPOINT_KEYS, "key"),
+        "",
+        "## Monitoring: `glmops_monitoring`",
+        "",
+        "Every deployment has Prometheus scrape targets (`glmops targets`, `plan --out` ->",
+        "`_monitoring/file_sd/`, each deploy's run dir -> `file_sd/`): every worker, the router/frontend, the",
+        "enabled exporters, labelled `deployment host role pool engine replica service`. Alert rules and",
+        "Grafana dashboards ship in `glmops/monitoring/`.",
+        "",
+        *_table(MONITORING_KEYS, "key"),
         "",
         "## Host variables",
         "",

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent
-FILES = ("models", "hardware", "engines", "recipes")
+FILES = ("models", "hardware", "engines", "recipes", "monitoring")
 
 
 class CatalogKeyError(LookupError):

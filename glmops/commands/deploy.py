@@ -187,16 +187,21 @@ def status(inventory, topology, as_json):
     result = runner.run("status", "status.yml", inventory, _extravars(topology),
                         console=make_console(stderr=True), quiet=True)
     rows = status_rows(plan, result)
+    add_live_numbers(rows, plan)
     if as_json:
         click.echo(json.dumps({"endpoint": plan["endpoint_url"], "services": rows,
                                "artifacts": str(result.artifacts)}, indent=2))
     else:
         table = Table(title=f"{plan['deployment']}: {plan['engine']} {plan['topology']}")
-        for col in ("host", "service", "role", "state", "health", "uptime", "GPUs", "URL"):
+        for col in ("host", "service", "role", "state", "health", "uptime", "running", "waiting", "KV cache",
+                    "GPUs", "URL"):
             table.add_column(col)
         for r in rows:
+            live = r["live"]
             table.add_row(r["host"], r["service"], r["role"], r["state"], str(r["health"]),
                           f"{r['uptime_s']:.0f} s" if r["uptime_s"] is not None else "-",
+                          _num(live.get("running")), _num(live.get("waiting")),
+                          f"{live['kv_cache'] * 100:.1f} %" if live.get("kv_cache") is not None else "-",
                           ",".join(map(str, r["gpus"])) or "-", r["url"])
         console.print(table)
         for r in rows:
@@ -224,6 +229,21 @@ def status(inventory, topology, as_json):
         bad += short
         runner.finish(console, result, 0 if healthy else 1, ", ".join(bad) if bad and not healthy else "")
     sys.exit(0 if healthy else 1)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def add_live_numbers(rows: list[dict[str, Any]], plan: dict) -> None:
+    """Each row's ``live``: running / waiting requests and KV cache usage (0..1) read from the
+    service's own metrics (glmops.monitoring.read_live, from the controller; ``{}`` when it
+    has no metrics or does not answer)."""
+    from glmops.monitoring import read_live
+
+    live = read_live(plan["services"])
+    for row in rows:
+        row["live"] = live.get(row["service"], {})
 
 
 def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:

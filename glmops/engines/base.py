@@ -446,6 +446,17 @@ def service_name(dep: Deployment, role: str, replica: int | None = None, node: i
     return name
 
 
+def metrics_url(engine_key: str, address: str, ports: dict[str, list[int]], which: str = "port") -> str:
+    """Where ``engine_key`` serves Prometheus text: catalog ``engines.<engine>.metrics`` names the
+    port purpose (``which``: ``port``, or ``worker_port`` for Dynamo workers) and the path; ``""``
+    when the engine has no Prometheus route or the service lacks that port."""
+    spec = CATALOG.engine(engine_key).get("metrics") or {}
+    purpose = spec.get(which)
+    if not purpose or not ports.get(purpose):
+        return ""
+    return url(address, ports[purpose][0], str(spec.get("path") or "/metrics"))
+
+
 def url(address: str, port: int, path: str = "") -> str:
     """``http://address:port/path`` (IPv6 addresses bracketed)."""
     host = f"[{address}]" if ":" in address else address

@@ -339,6 +339,8 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
             # a Dynamo worker has no OpenAI endpoint: its /health runs the canary request
             # (DYN_HEALTH_CHECK_REQUEST_TIMEOUT); the one-token request goes through the frontend
             ready_url="",
+            # DYN_SYSTEM_PORT serves /metrics beside /health, bound to DYN_SYSTEM_HOST (the address)
+            metrics_url=base.metrics_url(ENGINE, node.host.address, ports, "worker_port"),
             start_order=base.ORDER_FOLLOWER if rank else base.ORDER_WORKER,
             replica=replica, node_rank=rank, nnodes=pl.nnodes, runtime=dep.runtime,
             image=base.image_for(dep, "vllm" if backend == "vllm" else ENGINE),
@@ -391,6 +393,7 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
         address=host.address, port=port, ports={"http": [port]}, argv=argv, env=env,
         health_url=base.url(host.address, port, "/health"),
         ready_url=base.url(host.address, port, "/v1/completions"),
+        metrics_url=base.metrics_url(ENGINE, host.address, {"http": [port]}),
         start_order=base.ORDER_FRONT, depends_on=[w.name for w in workers if w.node_rank == 0],
         runtime=dep.runtime if image else "venv", image=image,
         # every planned worker registered (its /health lists each worker process once)

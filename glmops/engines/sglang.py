@@ -45,6 +45,7 @@ ROUTER_OWNED = {
     "prefill": "the plan (the prefill workers and bootstrap ports)",
     "decode": "the plan (the decode workers)",
     "prometheus-port": "the plan (catalog engines.sglang_router.ports.prometheus)",
+    "prometheus-host": "{router}.host's address (its metrics listen on the inventory address only)",
 }
 
 
@@ -87,7 +88,9 @@ def engine_args(ctx: Ctx, pool: PoolSpec, pl: Placement, st: Settings, ports: di
     ``engine_args``.
     """
     dep = ctx.dep
-    derived: dict[str, Any] = {"tp-size": pool.tp}
+    # metrics on (catalog engines.sglang.metrics.args: --enable-metrics; off by default upstream)
+    derived: dict[str, Any] = dict((CATALOG.engine(ENGINE).get("metrics") or {}).get("args") or {})
+    derived["tp-size"] = pool.tp
     if pool.ep > 1:
         derived["ep-size"] = pool.ep
     if pool.dp > 1:
@@ -198,6 +201,7 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
             # one-token request goes through the router
             ready_url=base.url(node.host.address, http, "/v1/completions")
             if rank == 0 and pool.role == "agg" else "",
+            metrics_url=base.metrics_url(ENGINE, node.host.address, ports) if rank == 0 else "",
             start_order=base.ORDER_FOLLOWER if rank else base.ORDER_WORKER,
             replica=replica, node_rank=rank, nnodes=pl.nnodes, runtime=dep.runtime,
             image=base.image_for(dep, ENGINE),
@@ -230,7 +234,8 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
     argv += ["--policy", policy, "--host", host.address, "--port", str(port)]
     prom = (CATALOG.engine("sglang_router").get("ports") or {}).get("prometheus", 29000)
     prom_port = ctx.alloc(host.name).take(int(prom))
-    argv += ["--prometheus-port", str(prom_port[0])]
+    # its Prometheus listener defaults to 0.0.0.0 (option list): bind the inventory address
+    argv += ["--prometheus-host", host.address, "--prometheus-port", str(prom_port[0])]
     argv += base.render_flags({k: v for k, v in dep.router.args.items() if k != "backend"})
     return [Service(
         name=base.service_name(dep, "router"), host=host.name, role="router", engine="sglang_router",
@@ -238,6 +243,7 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
         env=base.front_env(dep),
         health_url=base.url(host.address, port, "/health"),
         ready_url=base.url(host.address, port, "/v1/completions"),
+        metrics_url=base.metrics_url("sglang_router", host.address, {"metrics": prom_port}),
         start_order=base.ORDER_FRONT, depends_on=[w.name for w in heads], runtime="venv",
     )]
 

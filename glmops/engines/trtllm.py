@@ -62,7 +62,8 @@ def llm_api_config(ctx: Ctx, pool: PoolSpec, st: Settings) -> dict[str, Any]:
     """
     dep = ctx.dep
     eng = CATALOG.engine(ENGINE)
-    cfg: dict[str, Any] = base.deep_merge({}, st.recipe.config)
+    # Prometheus text on /prometheus/metrics (catalog engines.trtllm.metrics.config), lowest layer
+    cfg: dict[str, Any] = base.deep_merge(dict((eng.get("metrics") or {}).get("config") or {}), st.recipe.config)
     if dep.topology == "disagg" and pool.role != "agg":
         cfg = base.deep_merge(cfg, eng.get("disagg_config") or {})
         if pool.role == "prefill":
@@ -152,6 +153,7 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
         ports={"http": [http]}, argv=argv, env=env, files=files,
         health_url=base.url(head.host.address, http, "/health"),
         ready_url=base.url(head.host.address, http, "/v1/completions"),
+        metrics_url=base.metrics_url(ENGINE, head.host.address, {"http": [http]}),
         start_order=base.ORDER_WORKER, replica=replica, node_rank=0, nnodes=pl.nnodes,
         runtime=dep.runtime, image=base.image_for(dep, ENGINE),
     )

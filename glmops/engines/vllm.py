@@ -56,6 +56,7 @@ ROUTER_OWNED = {
     "vllm-pd-disaggregation": "glmops_topology (disagg)",
     "intra-node-data-parallel-size": "glmops (one router entry per worker)",
     "prometheus-port": "the plan (catalog engines.vllm_router.ports.prometheus)",
+    "prometheus-host": "{router}.host's address (its metrics listen on the inventory address only)",
 }
 
 
@@ -259,6 +260,7 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
             port=http, gpus=list(node.gpus), ports=ports, argv=argv, env=env,
             health_url=base.url(node.host.address, http, "/health") if http else "",
             ready_url=base.url(node.host.address, http, "/v1/completions") if http else "",
+            metrics_url=base.metrics_url(ENGINE, node.host.address, ports),
             start_order=base.ORDER_FOLLOWER if headless else base.ORDER_WORKER,
             replica=replica, node_rank=rank, nnodes=pl.nnodes, runtime=dep.runtime,
             image=base.image_for(dep, ENGINE),
@@ -292,16 +294,19 @@ def router_service(ctx: Ctx, workers: list[Service], *, name_role: str = "router
     else:
         argv += ["--worker-urls"] + [base.url(w.address, w.port) for w in heads]
     argv += ["--host", host.address, "--port", str(rport), "--intra-node-data-parallel-size", "1"]
-    extra = {k: v for k, v in rs.args.items() if k not in ("backend",)}
-    argv += base.render_flags(extra)
     prom = (CATALOG.engine("vllm_router").get("ports") or {}).get("prometheus", 29000)
     ports = {"http": [rport], "metrics": ctx.alloc(host.name).take(int(prom))}
+    # its Prometheus listener defaults to 127.0.0.1:29000 (option list): bind the inventory address
+    argv += ["--prometheus-host", host.address, "--prometheus-port", str(ports["metrics"][0])]
+    extra = {k: v for k, v in rs.args.items() if k not in ("backend",)}
+    argv += base.render_flags(extra)
     env = base.front_env(dep)
     return Service(
         name=base.service_name(dep, name_role), host=host.name, role="router", engine="vllm_router",
         address=host.address, port=rport, ports=ports, argv=argv, env=env,
         health_url=base.url(host.address, rport, "/health"),
         ready_url=base.url(host.address, rport, "/v1/completions"),
+        metrics_url=base.metrics_url("vllm_router", host.address, ports),
         start_order=base.ORDER_FRONT, depends_on=[w.name for w in heads], runtime="venv",
     )
 

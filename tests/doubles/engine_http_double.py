@@ -802,6 +802,26 @@ def wait_healthy(url: str, deadline: float, path: str = "/health") -> bool:
     return False
 
 
+def prometheus_text(families: list[tuple[str, str, dict, object]]) -> str:
+    """Prometheus text exposition of ``(name, type, labels, value)`` families: ``counter`` and
+    ``gauge`` take a number; ``histogram`` takes ``(count, sum)`` and renders ``_bucket``
+    (every observation in the bucket ``le="1"`` and up), ``_sum`` and ``_count``. The names are
+    the engines' own (catalog ``engines.<engine>.metrics.names``, from their upstream docs)."""
+    lines: list[str] = []
+    for name, kind, labels, value in families:
+        lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        lines.append(f"# TYPE {name} {kind}")
+        if kind == "histogram":
+            count, total = value  # type: ignore[misc]
+            for le in ("0.1", "1", "10", "+Inf"):
+                lines.append(f'{name}_bucket{{{lab},le="{le}"}} {0 if le == "0.1" else count}')
+            lines.append(f"{name}_sum{{{lab}}} {total}")
+            lines.append(f"{name}_count{{{lab}}} {count}")
+        else:
+            lines.append(f"{name}{{{lab}}} {value}")
+    return "\n".join(lines) + "\n"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """An unused TCP port (for tests)."""
     with socket.socket() as s:

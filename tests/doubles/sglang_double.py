@@ -47,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from engine_http_double import (EngineServer, OpenAIBehaviour, build_argparse,  # noqa: E402
-                                http_json, load_yaml, parse_option_list)
+                                http_json, load_yaml, parse_option_list, prometheus_text)
 from option_lists_double import SGLANG_SERVE  # noqa: E402
 
 PROG = "sglang serve"
@@ -240,17 +240,26 @@ class SGLangServer(EngineServer):
         return h.send_json(404, {"detail": "Not Found"})
 
     def _prometheus(self) -> str:
-        c, m = self.counters, self.model_id
-        lines = ["# TYPE sglang:num_requests_total counter",
-                 f'sglang:num_requests_total{{model_name="{m}"}} {c.get("requests", 0)}',
-                 "# TYPE sglang:prompt_tokens_total counter",
-                 f'sglang:prompt_tokens_total{{model_name="{m}"}} {c.get("prompt_tokens", 0)}',
-                 "# TYPE sglang:generation_tokens_total counter",
-                 f'sglang:generation_tokens_total{{model_name="{m}"}} {c.get("completion_tokens", 0)}']
+        """The names of SGLang's production metrics page (docs/references/production_metrics.md);
+        ``sglang:spec_accept_length`` only with a speculative algorithm."""
+        c, lab = self.counters, {"model_name": self.model_id}
+        n = c.get("requests", 0)
+        ttft = float(os.environ.get("DOUBLE_TTFT_MS", "0") or 0) / 1000
+        itl = float(os.environ.get("DOUBLE_ITL_MS", "0") or 0) / 1000
+        fams = [("sglang:num_requests_total", "counter", lab, n),
+                ("sglang:prompt_tokens_total", "counter", lab, c.get("prompt_tokens", 0)),
+                ("sglang:generation_tokens_total", "counter", lab, c.get("completion_tokens", 0)),
+                ("sglang:num_running_reqs", "gauge", lab, 0),
+                ("sglang:num_queue_reqs", "gauge", lab, 0),
+                ("sglang:token_usage", "gauge", lab, 0.0),
+                ("sglang:cache_hit_rate", "gauge", lab, 0.0),
+                ("sglang:gen_throughput", "gauge", lab, 0.0),
+                ("sglang:time_to_first_token_seconds", "histogram", lab, (n, n * ttft)),
+                ("sglang:inter_token_latency_seconds", "histogram", lab, (n, n * itl)),
+                ("sglang:e2e_request_latency_seconds", "histogram", lab, (n, n * (ttft + itl)))]
         if self.ns.speculative_algorithm:
-            lines += ["# TYPE sglang:spec_accept_length gauge",
-                      f'sglang:spec_accept_length{{model_name="{m}"}} {self.acceptance}']
-        return "\n".join(lines) + "\n"
+            fams.append(("sglang:spec_accept_length", "gauge", lab, self.acceptance))
+        return prometheus_text(fams)
 
     def _err(self, h, status, message):
         return h.send_json(status, {"object": "error", "message": message,

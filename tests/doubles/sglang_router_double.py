@@ -18,7 +18,7 @@ Behaviour (FINDINGS.md measured this for vllm-router, the same Rust lineage; ser
 and does not listen before that; after ``--worker-startup-timeout-secs`` it exits 1. Then it
 serves ``/health``, ``/liveness``, ``/readiness``, ``/v1/models`` (from a worker),
 ``/v1/completions``, ``/v1/chat/completions``, ``/generate``; Prometheus text on
-``--prometheus-host:--prometheus-port`` (``/metrics``; counter names are the double's own).
+``--prometheus-host:--prometheus-port`` (``/metrics``; names of sgl-router's src/metrics.rs).
 Regular mode: ``--worker-urls`` with ``--policy`` (round_robin; random; others pick
 round-robin). PD mode (``--pd-disaggregation``): each request gets ``bootstrap_host`` (the
 prefill URL's host), ``bootstrap_port`` (its bootstrap port, or null for ``none``) and a random
@@ -142,6 +142,8 @@ class Router(EngineServer):
         for key, v in sorted(c.items()):
             if key.startswith("route:"):
                 lines.append(f'{p}_requests_total{{route="{key[6:]}"}} {v}')
+        # names: sgl-router src/metrics.rs (sgl_router_active_workers: healthy workers)
+        lines += [f"# TYPE {p}_active_workers gauge", f"{p}_active_workers {len(self.workers)}"]
         lines.append(f"# TYPE {p}_processed_requests_total counter")
         for key, v in sorted(c.items()):
             if key.startswith("worker:"):

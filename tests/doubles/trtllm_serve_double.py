@@ -76,7 +76,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from engine_http_double import (EngineServer, OpenAIBehaviour, http_json, http_stream,  # noqa: E402
-                                load_yaml, wait_healthy)
+                                load_yaml, prometheus_text, wait_healthy)
 
 PROG = "trtllm-serve"
 VERSION = "1.3.0rc29"
@@ -529,21 +529,28 @@ class TrtllmWorker(EngineServer):
         return h.send_json(404, {"detail": "Not Found"})
 
     def _prometheus(self) -> str:
-        c = self.counters
-        lines = ["# TYPE trtllm_request_success_total counter"]
-        for reason in ("length", "stop", "tool_calls"):
-            lines.append(f'trtllm_request_success_total{{model_name="{self.model_id}",'
-                         f'finished_reason="{reason}"}} {c.get("finish_" + reason, 0)}')
-        lines += ["# TYPE trtllm_prompt_tokens_total counter",
-                  f'trtllm_prompt_tokens_total{{model_name="{self.model_id}"}} {c.get("prompt_tokens", 0)}',
-                  "# TYPE trtllm_generation_tokens_total counter",
-                  f'trtllm_generation_tokens_total{{model_name="{self.model_id}"}} '
-                  f'{c.get("completion_tokens", 0)}']
+        """Names of tensorrt_llm/metrics/collector.py (MetricsCollector); the iteration gauges
+        (KV cache, running/waiting) only with ``enable_iter_perf_stats: true``, the
+        acceptance length only with a ``speculative_config``."""
+        c, lab = self.counters, {"model_name": self.model_id}
+        n = sum(c.get("finish_" + r, 0) for r in ("length", "stop", "tool_calls"))
+        ttft = float(os.environ.get("DOUBLE_TTFT_MS", "0") or 0) / 1000
+        itl = float(os.environ.get("DOUBLE_ITL_MS", "0") or 0) / 1000
+        fams = [("trtllm_request_success_total", "counter", {**lab, "finished_reason": r}, c.get("finish_" + r, 0))
+                for r in ("length", "stop", "tool_calls")]
+        fams += [("trtllm_prompt_tokens_total", "counter", lab, c.get("prompt_tokens", 0)),
+                 ("trtllm_generation_tokens_total", "counter", lab, c.get("completion_tokens", 0)),
+                 ("trtllm_time_to_first_token_seconds", "histogram", lab, (n, n * ttft)),
+                 ("trtllm_time_per_output_token_seconds", "histogram", lab, (n, n * itl)),
+                 ("trtllm_e2e_request_latency_seconds", "histogram", lab, (n, n * (ttft + itl)))]
+        if self.llm_args.get("enable_iter_perf_stats"):
+            fams += [("trtllm_num_requests_running", "gauge", lab, 0),
+                     ("trtllm_num_requests_waiting", "gauge", lab, 0),
+                     ("trtllm_kv_cache_utilization", "gauge", lab, 0.0),
+                     ("trtllm_kv_cache_hit_rate", "gauge", lab, 0.0)]
         if self.spec:
-            lines += ["# TYPE trtllm_spec_decode_acceptance_length gauge",
-                      f'trtllm_spec_decode_acceptance_length{{model_name="{self.model_id}"}} '
-                      f'{self.acceptance}']
-        return "\n".join(lines) + "\n"
+            fams.append(("trtllm_spec_decode_acceptance_length", "gauge", lab, self.acceptance))
+        return prometheus_text(fams)
 
     def _error(self, h, status, message, typ="BadRequestError"):
         return h.send_json(status, {"object": "error", "message": message, "type": typ,

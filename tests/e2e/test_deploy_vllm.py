@@ -73,7 +73,9 @@ def inventory(lab, tmp_path_factory):
     # secrets in the inventory: the API key must reach only the 0600 env files, the hub
     # token (serving is offline, F12) no host at all
     return D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"], extra_vars={
-        "glmops_env": {"HF_TOKEN": D.SECRET_HF_TOKEN, "GLMOPS_E2E_API_KEY": D.SECRET_API_KEY}})
+        "glmops_env": {"HF_TOKEN": D.SECRET_HF_TOKEN, "GLMOPS_E2E_API_KEY": D.SECRET_API_KEY},
+        # Debian's Prometheus on the router host, scraping the deployment (test_prometheus_scrapes_...)
+        "glmops_monitoring": {"enabled": True, "host": "lab-3", "scrape_interval": "5s"}})
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +330,18 @@ def test_status_json_reports_every_service(inventory, deployed):
         assert row["state"] == "active" and row["health"] == 200, row
         assert row["uptime_s"] > 0 and row["url"].startswith("http://10.77.60.")
     assert data["endpoint"] == "http://10.77.60.13:8000"
+
+
+def test_prometheus_scrapes_the_workers_and_the_router(inventory, deployed, runs_dir):
+    """A real Prometheus (Debian's, installed by the deploy on lab-3) scrapes both vLLM workers
+    and the router through the rendered file_sd file; every rule/dashboard expression on their
+    series returns a result (tests/e2e/monitoring_lab.py)."""
+    import monitoring_lab
+
+    report = monitoring_lab.check_prometheus(inventory, runs_dir, DEP, ENDPOINT, MODEL, topology="disagg")
+    print(f"\nPrometheus: {report['evaluated']} expressions returned results; "
+          f"{len(report['skipped'])} name series the vLLM lab has none of")
+    assert report["evaluated"] >= 20
 
 
 def test_logs_of_one_service(inventory, deployed):

@@ -6,7 +6,10 @@ are quoted beside them. Deliberate differences from the seed are asserted explic
     TRANSFORMERS_OFFLINE=1, keeping ``--served_model_name zai-org/GLM-5.3-Flash`` (F12);
   * ``--host`` is the inventory address instead of 0.0.0.0, and the orchestrator config
     names the host's address instead of ``localhost`` (F05);
-  * ``--config`` points at /etc/glmops/<dep>/<service>.yml instead of /tmp/config.yml.
+  * ``--config`` points at /etc/glmops/<dep>/<service>.yml instead of /tmp/config.yml;
+  * the config turns Prometheus metrics on (``return_perf_metrics: true`` for
+    /prometheus/metrics, ``enable_iter_perf_stats: true`` for the iteration gauges), as
+    reference/trtllm-serve.md ("S4 routes") says they are served.
 """
 from __future__ import annotations
 
@@ -50,6 +53,10 @@ AGG_CONFIG = {
     # kv_cache_config.dtype: "Default: auto" -> left unset (the performance chart uses BF16 KV);
     # enable_block_reuse: left at the engine default, no Mamba snapshot interval set (the seed
     # gives 256 only "for example"); speculative_config only when MTP is asked for.
+    # Not in the seed (see the module docstring): reference/trtllm-serve.md "Prometheus metrics are at
+    # /prometheus/metrics, and only when return_perf_metrics: true", "/metrics ... needs enable_iter_perf_stats: true"
+    "return_perf_metrics": True,
+    "enable_iter_perf_stats": True,
 }
 
 

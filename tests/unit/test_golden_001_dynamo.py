@@ -6,7 +6,9 @@ value, quoted, turned into the flag the worker takes (vLLM / SGLang option lists
 Deliberate differences from the Kubernetes recipe (asserted): the model path is the local
 snapshot (the seed reads the hub cache from a PVC with HF_HUB_OFFLINE=1); discovery uses a
 file store on one host and etcd across hosts instead of the Kubernetes backend; workers
-advertise their own host address (DYN_*_HOST) and serve /health on DYN_SYSTEM_PORT.
+advertise their own host address (DYN_*_HOST) and serve /health on DYN_SYSTEM_PORT; SGLang
+workers turn metrics on (``--enable-metrics``: Dynamo's SGLang metrics guide launches
+``DYN_SYSTEM_PORT=8081 python -m dynamo.sglang ... --enable-metrics``).
 """
 from __future__ import annotations
 
@@ -123,6 +125,7 @@ def test_f_b200_sglang_aggregated_table_values():
         "dyn-tool-call-parser": "glm47",         # "glm45 reasoning parser and glm47 tool-call parser"
         "dyn-reasoning-parser": "glm45",
         "discovery-backend": "file", "request-plane": "tcp", "event-plane": "zmq",
+        "enable-metrics": True,                  # not in the seed: see the module docstring
     }
     # "All worker bases set DYN_HEALTH_CHECK_REQUEST_TIMEOUT=300"
     assert worker.env["DYN_HEALTH_CHECK_REQUEST_TIMEOUT"] == "300"

@@ -7,7 +7,7 @@ differences, asserted explicitly:
     HF_HUB_OFFLINE=1 / TRANSFORMERS_OFFLINE=1 and the seed's served model name (F12);
   * ``--host <inventory address>`` and an explicit ``--port`` (seed: all interfaces, default 8000);
   * the router's worker URLs use the host address, not 127.0.0.1, and it binds that address
-    instead of 0.0.0.0 (F05); workers also get VLLM_NIXL_SIDE_CHANNEL_HOST=<own address> (F05).
+    instead of 0.0.0.0, its metrics too (``--prometheus-host``, F05); workers also get VLLM_NIXL_SIDE_CHANNEL_HOST=<own address> (F05).
 """
 from __future__ import annotations
 
@@ -132,7 +132,11 @@ def test_d_vllm_router_command():
     exp["_pos"] = got["_pos"]
     # deliberate: the workers' and the router's own inventory address (F05)
     exp.update({"prefill": "http://10.0.0.11:8001", "decode": "http://10.0.0.11:8002", "host": "10.0.0.11"})
+    # deliberate: its Prometheus listener on the inventory address too, at the default port
+    # (reference/option-lists/vllm-router-0.1.17.txt: --prometheus-host '127.0.0.1', --prometheus-port 29000)
+    exp.update({"prometheus-host": "10.0.0.11", "prometheus-port": 29000.0})
     assert got == exp
+    assert router.metrics_url == "http://10.0.0.11:29000/metrics"
     assert router.start_order == 50 and set(router.depends_on) == {"glm-t-prefill-0", "glm-t-decode-0"}
     assert p.endpoint_url == "http://10.0.0.11:8000"
     # the router's env file carries no worker transport settings

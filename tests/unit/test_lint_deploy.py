@@ -10,6 +10,7 @@ PATHS = ["roles/engine_service", "roles/router", "playbooks/deploy.yml", "playbo
          "playbooks/status.yml", "playbooks/stop.yml", "playbooks/restart.yml", "playbooks/logs.yml",
          "playbooks/destroy.yml", "playbooks/plays/plan.yml", "playbooks/plays/services.yml",
          "playbooks/plays/departed.yml", "playbooks/plays/prune.yml", "playbooks/plays/record.yml",
+         "roles/monitoring", "playbooks/plays/monitoring.yml", "glmops/monitoring/rules",
          "inventories/lab", "inventories/lab-b200sim", "inventories/lab-b200sim-sglang"]
 
 

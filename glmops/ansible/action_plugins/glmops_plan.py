@@ -14,7 +14,8 @@ Options:
   summary:   path of a JSON file to write the Plan's secret-free summary into (the CLI's
              run dir: ``glmops.runner`` reads it for its summary table, so the CLI does not
              plan a second time): ``{deployment, model, served_model_name, engine, topology,
-             endpoint_url, services: [service view without paths]}``
+             endpoint_url, services: [service view without paths]}``; the scrape targets go beside it
+             as ``file_sd/glmops-<dep>.json`` (glmops.monitoring.targets)
   precheck_needs: true (default) returns ``precheck_needs`` = ``{host: needs}`` beside ``plan``
              (:func:`glmops.prechecks.needs_for_deployment` of this Plan), so the prechecks
              role does not plan again per host
@@ -89,3 +90,13 @@ def write_summary(path: str, view: dict) -> None:
     out["services"] = [{k: v for k, v in svc.items() if k != "paths"} for svc in view.get("services", [])]
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(out, fh)
+    # the deployment's Prometheus scrape targets beside it (glmops.monitoring): file_sd/glmops-<dep>.json
+    mon = view.get("monitoring") or {}
+    if mon.get("file_sd_name"):
+        import os
+
+        sd_dir = os.path.join(os.path.dirname(os.path.abspath(path)), "file_sd")
+        os.makedirs(sd_dir, exist_ok=True)
+        with open(os.path.join(sd_dir, mon["file_sd_name"]), "w", encoding="utf-8") as fh:
+            json.dump(mon.get("targets") or [], fh, indent=2)
+            fh.write("\n")

