@@ -193,7 +193,15 @@ def test_smoke_fails_on_a_wrong_served_name(inventory, deployed):
     assert "not the served model name 'not-served'" in proc.stdout
 
 
-def test_bench_quick_writes_json_table_and_png(lab, inventory, deployed, tmp_path):
+@pytest.fixture(scope="module")
+def aiperf_set():
+    """The aiperf wheel set (~/.cache/glmops/wheelhouse/aiperf, bound into every lab host): no lab
+    kit builds it, so a fresh machine has none until this does (cached afterwards)."""
+    subprocess.run([sys.executable, "-m", "glmops.lab.wheelhouse", "build", "--set", "aiperf"],
+                   check=True, cwd=D.REPO, timeout=1800)
+
+
+def test_bench_quick_writes_json_table_and_png(lab, inventory, deployed, tmp_path, aiperf_set):
     from glmops import bench as b
 
     b.ensure_aiperf_venv()
@@ -237,7 +245,7 @@ def test_bench_quick_writes_json_table_and_png(lab, inventory, deployed, tmp_pat
     assert table in proc.stdout  # the CLI printed the same table
 
 
-def test_bench_runs_aiperf_on_the_router_host_by_default(lab, inventory, deployed, tmp_path):
+def test_bench_runs_aiperf_on_the_router_host_by_default(lab, inventory, deployed, tmp_path, aiperf_set):
     from glmops import bench as b
 
     # aiperf on lab-3 from the wheelhouse the lab binds into every host (no index)
@@ -332,18 +340,6 @@ def test_status_json_reports_every_service(inventory, deployed):
     assert data["endpoint"] == "http://10.77.60.13:8000"
 
 
-def test_prometheus_scrapes_the_workers_and_the_router(inventory, deployed, runs_dir):
-    """A real Prometheus (Debian's, installed by the deploy on lab-3) scrapes both vLLM workers
-    and the router through the rendered file_sd file; every rule/dashboard expression on their
-    series returns a result (tests/e2e/monitoring_lab.py)."""
-    import monitoring_lab
-
-    report = monitoring_lab.check_prometheus(inventory, runs_dir, DEP, ENDPOINT, MODEL, topology="disagg")
-    print(f"\nPrometheus: {report['evaluated']} expressions returned results; "
-          f"{len(report['skipped'])} name series the vLLM lab has none of")
-    assert report["evaluated"] >= 20
-
-
 def test_logs_of_one_service(inventory, deployed):
     proc = D.glmops("logs", "-i", str(inventory), "--topology", "disagg", "decode", "-n", "30")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -386,6 +382,20 @@ def test_agg_two_replicas_round_robin(lab, inventory, deployed, runs_dir):
         log = D.ssh(lab, host, f"journalctl -u {unit} --since '{mark}' --no-pager").stdout
         served = re.findall(r'10\.77\.60\.13:\d+ - "POST /v1/completions HTTP/1.1" 200', log)
         assert len(served) >= 1, f"{unit} served nothing: {log[-1500:]}"
+
+
+def test_prometheus_scrapes_the_workers_and_the_router(inventory, deployed, runs_dir):
+    """A real Prometheus (Debian's, installed by the deploy on lab-3) scrapes both vLLM workers
+    and the router of the agg deployment through the rendered file_sd file (vllm-router 0.1.17 in
+    PD mode counts requests as vllm_router_pd_requests_total, not the vllm_router_requests_total
+    the dashboards read: seen in CI's disagg run, names from the router's binary); every rule/dashboard expression on their
+    series returns a result (tests/e2e/monitoring_lab.py)."""
+    import monitoring_lab
+
+    report = monitoring_lab.check_prometheus(inventory, runs_dir, DEP, ENDPOINT, MODEL, topology="agg")
+    print(f"\nPrometheus: {report['evaluated']} expressions returned results; "
+          f"{len(report['skipped'])} name series the vLLM lab has none of")
+    assert report["evaluated"] >= 20
 
 
 def test_stop_then_destroy_keeps_the_checkpoint(lab, inventory, deployed):
