@@ -321,24 +321,15 @@ def known_metrics(engine: str) -> set[str]:
 
 # ------------------------------------------------------------------ live numbers (glmops status)
 
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
-
-
 def parse_samples(text: str) -> dict[str, float]:
-    """Prometheus text -> metric name -> sum of its samples (labels summed over; comments skipped)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        out[m.group(1)] = out.get(m.group(1), 0.0) + value
-    return out
+    """Prometheus text -> metric name -> sum of its samples (labels summed over; comments skipped);
+    ``{}`` for text that is not Prometheus exposition (:func:`glmops.smoke.parse_prometheus`)."""
+    from glmops.smoke import parse_prometheus
+
+    try:
+        return parse_prometheus(text)
+    except ValueError:
+        return {}
 
 
 def live_numbers(engine: str, text: str) -> dict[str, float | None]:
