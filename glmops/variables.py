@@ -291,7 +291,8 @@ MONITORING_KEYS: dict[str, Var] = {
     "enabled": Var("bool", "Install Debian's `prometheus` on `host`, scraping the deployment (roles/monitoring).",
                    default=False),
     "host": Var("str", "Host that runs Prometheus.", default="", shown_default="the router/frontend host"),
-    "port": Var("int", "Prometheus' listen port (on the host's address only).", default=9090),
+    "port": Var("int", "Prometheus' listen port (on the host's address only).", default=None,
+                shown_default="catalog `monitoring.prometheus.port` (9090)"),
     "scrape_interval": Var("str", "Prometheus scrape and rule evaluation interval.", default="15s"),
     "node_exporter": Var("bool", "Debian's `prometheus-node-exporter` on every host of the deployment, a scrape target "
                          "(role `exporter`).", default=False),

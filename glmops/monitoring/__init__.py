@@ -59,6 +59,8 @@ def settings(dep: Deployment) -> dict[str, Any]:
     out.update({k: v for k, v in (dep.extra.get("monitoring") or {}).items() if v is not None})
     if not out.get("host"):
         out["host"] = dep.router.host or next(iter(dep.hosts), "")
+    if out.get("port") is None:
+        out["port"] = int(exporter("prometheus")["port"])
     return out
 
 
@@ -213,7 +215,7 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         "targets": targets(dep, plan),
         "files": [{"path": p, "content": c, "mode": m} for p, c, m in host_files(dep, plan)],
         "node_exporter": list(plan.hosts) if mon["node_exporter"] else [],
-        "node_exporter_listen": {h: _listen(dep.hosts[h].address, int(node.get("port") or 9100))
+        "node_exporter_listen": {h: _listen(dep.hosts[h].address, int(node["port"]))
                                  for h in plan.hosts} if mon["node_exporter"] else {},
         "node_exporter_flags": list(node.get("flags") or []),
         "dcgm_exporter": [t["labels"]["host"] for t in targets(dep, plan) if t["labels"]["engine"] == "dcgm_exporter"],
