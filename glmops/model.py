@@ -31,7 +31,8 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 #: credentials. ``token`` and a bare ``key``/``pass`` count only as the last segment (``*-token-threshold``,
 #: ``speculative-token-map``, ``max-num-batched-tokens``, ``forward-pass-metrics`` and ``disagg-config-key``
 #: are counts, maps and names, not secrets), ``allow-credentials`` (CORS) is a switch. The one
-#: home of the secret patterns: glmops.inventory, glmops.rules, ``plan --format`` and glmops.runner use it.
+#: home of the secret patterns (:func:`is_secret`, :func:`secret_paths`): glmops.inventory, glmops.rules,
+#: ``plan --format`` and glmops.runner use it.
 _END = r"($|[.\]\[])"
 _SEP = r"($|[-_.:\]\[])"
 SECRET_NAME = re.compile(
@@ -73,6 +74,21 @@ def is_secret(name: str, value: object = None, secret_values: "set[str] | frozen
         text = str(value)
         return bool(SECRET_VALUE.search(text)) or text in secret_values
     return False
+
+
+def secret_paths(data: Any, prefix: str = "", secret_values: "set[str] | frozenset[str]" = frozenset()) -> list[str]:
+    """Dotted paths of the keys under ``data`` (nested mappings) that name a secret or whose
+    value (or a list item of it) is one (:func:`is_secret`: a URL with a password, a token, a
+    Vault value). ``[]`` for anything but a mapping."""
+    found = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            items = value if isinstance(value, list) else [value]
+            if is_secret(str(key).lstrip("-")) or any(is_secret("", v, secret_values) for v in items):
+                found.append(path)
+            found += secret_paths(value, path, secret_values)
+    return found
 
 
 @dataclass(frozen=True)

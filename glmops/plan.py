@@ -25,14 +25,16 @@ collisions (F05).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from glmops.engines import base
+from glmops.engines import base, registry
 from glmops.engines.base import CATALOG, Ctx, NodeSlot, Placement
+from glmops.engines.registry import engine_module, router_kind  # noqa: F401  (old names, now the registry's)
 from glmops.model import Deployment, PoolSpec, Plan, Problem, Service, ValidationError
 
-ENGINES = ("trtllm", "vllm", "sglang", "dynamo")
+#: the engines shipped in glmops/engines/ (the old name; glmops.engines.registry.names() also
+#: lists engines registered at run time)
+ENGINES = registry.names()
 POOL_ORDER = {"agg": 0, "prefill": 1, "decode": 2}
 
 # seed 004's strategies -> pool shapes (g = GPUs per node, n = nodes)
@@ -68,43 +70,6 @@ def strategy_pools(strategy: str, nodes: int, gpus_per_node: int) -> list[PoolSp
         return [PoolSpec(role="agg", tp=1, dp=g * n, ep=g * n, attention_dp=True)]
     return [PoolSpec(role="prefill", tp=g, replicas=n // 2),
             PoolSpec(role="decode", tp=g, replicas=n - n // 2)]
-
-
-def engine_module(engine: str):
-    """``glmops.engines.<engine>``; ValidationError for an unknown engine."""
-    if engine not in ENGINES:
-        raise ValidationError([Problem("ENGINE", "glmops_engine", f"engine {engine!r} unknown; accepted: {', '.join(ENGINES)}")])
-    return importlib.import_module(f"glmops.engines.{engine}")
-
-
-def router_kind(dep: Deployment) -> tuple[str, str]:
-    """(kind, policy) of the front door.
-
-    kind: ``RouterSpec.kind`` when set (``none`` = no front door), else per engine: trtllm disagg -> ``trtllm-disaggregated``; dynamo -> ``dynamo``;
-    vllm/trtllm agg -> ``vllm-router``; sglang -> ``sglang-router``. An aggregated
-    deployment with one replica and no explicit kind has none (the worker is the
-    endpoint, as in seeds 000/002/004). policy: RouterSpec.policy (engine-neutral name,
-    ``round_robin`` when empty; the engine module spells it).
-    """
-    kind = dep.router.kind or ""
-    policy = dep.router.policy or "round_robin"
-    if not kind:
-        if dep.engine == "dynamo":
-            kind = "dynamo"
-        elif dep.topology == "disagg":
-            kind = {"trtllm": "trtllm-disaggregated", "vllm": "vllm-router", "sglang": "sglang-router"}[dep.engine]
-        else:
-            if sum(p.replicas for p in dep.pools) <= 1:
-                kind = "none"
-            else:
-                kind = "sglang-router" if dep.engine == "sglang" else "vllm-router"
-    return kind, policy
-
-
-def _router_module(kind: str):
-    return {
-        "vllm-router": "vllm", "trtllm-disaggregated": "trtllm", "sglang-router": "sglang", "dynamo": "dynamo",
-    }.get(kind)
 
 
 def _host_gpus(dep: Deployment, host: str) -> list[int]:
@@ -211,7 +176,7 @@ def build(dep: Deployment) -> Plan:
 
 
 def _build(dep: Deployment) -> Plan:
-    mod = engine_module(dep.engine)
+    mod = registry.engine_module(dep.engine)
     pools = list(dep.pools)
     roles = sorted({p.role for p in pools})
     want = ["agg"] if dep.topology == "agg" else ["decode", "prefill"]
@@ -221,12 +186,14 @@ def _build(dep: Deployment) -> Plan:
             f"topology {dep.topology} needs pools {want}, got {roles or 'none'}",
             "define the pools under glmops_topologies or pick a topology a catalog layout covers")])
     placements = place(dep, pools)
-    kind, _policy = router_kind(dep)
+    kind, policy = registry.router_kind(dep)
     front_host = dep.router.host or placements[0].head.host.name
     if front_host not in dep.hosts:
         raise ValidationError([Problem("ROUTER_HOST", dep.source("glmops_topologies.router.host"),
                                        f"router host {front_host!r} is not in the inventory; hosts: {', '.join(dep.hosts)}")])
-    ctx = Ctx(dep=dep, ports={}, front_port=int(dep.router.port), front_host=front_host)
+    door = registry.front_door(kind)
+    ctx = Ctx(dep=dep, ports={}, front_port=int(dep.router.port), front_host=front_host,
+              front_kind=kind, front_policy=policy, kv_events=bool(door and door.kv_events(policy)))
     hosts_used = []
     for pl in placements:
         for n in pl.nodes:
@@ -245,13 +212,11 @@ def _build(dep: Deployment) -> Plan:
         workers += mod.worker(ctx, pl.pool, pl.replica, pl)
     front: list[Service] = []
     if not single_front:
-        rmod_name = _router_module(kind)
-        if rmod_name is None:
+        if door is None:
+            kinds = ", ".join(["none"] + [d.kind for d in registry.front_doors()])
             raise ValidationError([Problem("ROUTER_KIND", dep.source("glmops_topologies.router.kind"),
-                                           f"router kind {kind!r} unknown; accepted: none, vllm-router, "
-                                           "trtllm-disaggregated, sglang-router, dynamo")])
-        rmod = importlib.import_module(f"glmops.engines.{rmod_name}")
-        front = rmod.router(ctx, workers)
+                                           f"router kind {kind!r} unknown; accepted: {kinds}")])
+        front = door.router(ctx, workers)
     # services the workers need before they start (Dynamo's discovery store): start order 1,
     # each worker and front door starts after the ones on its own host (After=)
     stores: list[Service] = mod.stores(ctx, workers) if hasattr(mod, "stores") else []
@@ -302,13 +267,12 @@ def _plain_service(svc: Service) -> None:
 
 
 def summary_rows(plan: Plan) -> list[dict[str, Any]]:
-    """One row per service in start order per host: host, service, role (TRT-LLM names
-    in brackets), GPUs, ports, health URL."""
+    """One row per service in start order per host: host, service, role (the engine's own
+    role names in brackets, ``EngineSpec.role_labels``), GPUs, ports, health URL."""
     rows = []
-    trt = {"prefill": "prefill (context)", "decode": "decode (generation)"}
     for host in plan.hosts:
         for svc in plan.on_host(host):
-            role = trt.get(svc.role, svc.role) if svc.engine == "trtllm" else svc.role
+            role = registry.role_label(svc.engine, svc.role)
             if svc.nnodes > 1:
                 role += f" [node {svc.node_rank}/{svc.nnodes}]"
             ports = " ".join(f"{k}={_span(v)}" for k, v in svc.ports.items())

@@ -17,29 +17,30 @@ import difflib
 import re
 from typing import Any, Iterable
 
+from packaging.version import InvalidVersion, Version
+
 from glmops import catalog as catalog_mod
-from glmops.model import Deployment, Plan, PoolSpec, Problem, Service, ValidationError, is_secret
+from glmops import monitoring
+from glmops import plan as plan_mod
+from glmops.catalog import flags as F
+from glmops.engines import registry
+from glmops.engines.problems import (  # noqa: F401  (the old private names stay importable)
+    argv_value as _argv_value, as_int as _as_int, canon as _canon, deep_merge as _deep_merge, dig as _dig,
+    few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src)
+from glmops.engines.registry import RuleFacts
+from glmops.model import Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths
+from glmops.variables import CHECKPOINT_KEYS, MAX_PARALLEL, VARIABLES  # noqa: F401  (one source)
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
-from glmops.variables import CHECKPOINT_KEYS, MAX_PARALLEL, VARIABLES  # noqa: E402,F401  (one source)
-
 TOPOLOGIES = VARIABLES["glmops_topology"].choices or ()
 RUNTIMES = VARIABLES["glmops_runtime"].choices or ()
 CHECKPOINT_MODES = CHECKPOINT_KEYS["mode"].choices or ()
-DYNAMO_BACKENDS = VARIABLES["glmops_dynamo_backend"].choices or ()
 # Engine-neutral KV cache dtype names glmops accepts for every engine (mapped by the engine module).
 NEUTRAL_KV_DTYPES = ("auto", "bf16", "fp8", "nvfp4")
-TRANSFORMERS_PIN = "transformers==5.17.0"  # seed 000: image and video inputs need it
 LOCALHOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _few(names: list, shown: int = 10) -> str:
-    """``names`` as a list text, the first ``shown`` of a long list and how many more."""
-    names = list(names)
-    return str(names) if len(names) <= shown else f"{names[:shown]} and {len(names) - shown} more"
 
 
 def _short(value: Any) -> str:
@@ -48,68 +49,26 @@ def _short(value: Any) -> str:
     return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} characters)"
 
 
-def _canon(key: str) -> str:
-    """Flag names compare without leading dashes and with ``_`` == ``-`` (vLLM's own rule)."""
-    return str(key).lstrip("-").replace("_", "-").lower()
-
-
-def _dig(data: Any, dotted: str) -> tuple[bool, Any]:
-    """(found, value) of a dotted path in nested dicts; keys compare canonically."""
-    cur = data
-    for part in dotted.split("."):
-        if not isinstance(cur, dict):
-            return False, None
-        match = next((k for k in cur if _canon(k) == _canon(part)), None)
-        if match is None:
-            return False, None
-        cur = cur[match]
-    return True, cur
-
-
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _args(dep: Deployment, pool: PoolSpec) -> dict[str, Any]:
-    """Effective engine_args of a pool (deployment-wide, then pool), canonical keys."""
-    out: dict[str, Any] = {}
-    for layer in (dep.engine_args, pool.engine_args):
-        for key, value in (layer or {}).items():
-            out[_canon(key)] = value
-    return out
-
-
-def _config(dep: Deployment, pool: PoolSpec) -> dict[str, Any]:
-    return _deep_merge(dep.engine_config or {}, pool.engine_config or {})
-
-
-def _env(dep: Deployment, pool: PoolSpec) -> dict[str, str]:
-    return {**(dep.env or {}), **(pool.env or {})}
-
-
 def _backend(dep: Deployment) -> str:
-    if dep.engine == "dynamo":
-        return str(dep.extra.get("dynamo_backend") or "vllm")
-    return dep.engine
+    """The engine that runs the model (``glmops.engines.registry.backend_name``)."""
+    return registry.backend_name(dep)
 
 
-def _src(dep: Deployment, *keys: str) -> str:
-    """Inventory path of the first key the inventory set, else the last (most general) key."""
-    for key in keys:
-        if key in dep.sources:
-            return dep.sources[key]
-    return dep.source(keys[-1])
+def _engine_rules(dep: Deployment, stage: str, facts: RuleFacts, out: list[Problem]) -> bool:
+    """Run the engine's own rules of ``stage`` (``EngineSpec.rules``); at stage ``planes`` also
+    every other engine's ``absent`` rules. False when a ``keys`` rule says later rules cannot run."""
+    ok = True
+    spec = registry.find(dep.engine)
+    if spec is not None and stage in spec.rules:
+        ok = spec.rules[stage](dep, facts, out) is not False
+    if stage == "planes":
+        for other in registry.specs():
+            if other is not spec and "absent" in other.rules:
+                other.rules["absent"](dep, facts, out)
+    return ok
 
 
 def _version(text: str) -> Any:
-    from packaging.version import InvalidVersion, Version
-
     try:
         return Version(str(text))
     except InvalidVersion:
@@ -141,22 +100,6 @@ def _speculative(dep: Deployment, pool: PoolSpec) -> Any:
         if key.startswith("speculative") or key in ("spec-method", "spec-tokens", "spec-model"):
             spec[f"engine_args.{key}"] = value
     return spec or None
-
-
-def _draft_len(spec: dict | None) -> tuple[bool, Any]:
-    if not spec:
-        return False, None
-    for key in ("num_speculative_tokens", "max_draft_len"):
-        if key in spec:
-            return True, spec[key]
-    cfg = spec.get("engine_config.speculative_config")
-    if isinstance(cfg, dict) and "max_draft_len" in cfg:
-        return True, cfg["max_draft_len"]
-    return False, None
-
-
-def _problem(out: list[Problem], code: str, path: str, message: str, hint: str = "") -> None:
-    out.append(Problem(code, path, message, hint))
 
 
 # ----------------------------------------------------------------------------- check
@@ -193,45 +136,30 @@ def check(dep: Deployment) -> list[Problem]:
     hw = cat.hw(dep.hardware)
     engine = cat.engine(dep.engine)
     backend = cat.engine(_backend(dep))
+    facts = RuleFacts(cat=cat, model=model, hw=hw, engine=engine, backend=backend)
     _check_pools(dep, hw, out)
     _check_memory(dep, variant, hw, cat, out)
     _check_arch(dep, model, variant, hw, engine, out)
-    _check_backend_hardware(dep, cat, hw, out)
+    _engine_rules(dep, "hardware", facts, out)
     _check_kv_dtype(dep, model, hw, backend, out)
     _check_speculative(dep, model, out)
-    _check_trtllm(dep, model, engine, out)
+    _engine_rules(dep, "engine", facts, out)
     _check_limits(dep, model, out)
     _check_versions(dep, engine, out)
     _check_image(dep, engine, hw, out)
     _check_multimodal(dep, model, out)
     _check_checkpoint(dep, variant, out)
-    _check_disagg(dep, backend, out)
+    _check_disagg(dep, facts, out)
     _check_side_channels(dep, out)
     _check_router_policy(dep, cat, out)
     _check_engine_flags(dep, cat, out)
-    _check_dynamo_planes(dep, cat, out)
+    _engine_rules(dep, "planes", facts, out)
     return _dedupe(out)
 
 
 # The deployment name goes into unit, env and config file names on every host: keep it a plain
 # name (no '/', '..', spaces), like a systemd unit name component.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}\Z")
-
-
-# Engine flags that would put a secret on the command line (argv is world-readable in /proc and
-# lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault.
-def _secret_keys(data: Any, prefix: str = "", secret_values: Any = frozenset()) -> list[str]:
-    """Dotted paths of the keys under ``data`` (nested mappings) that name a secret or whose
-    value is one (``glmops.model.is_secret``: URL with a password, a token, a Vault value)."""
-    found = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
-            items = value if isinstance(value, list) else [value]
-            if is_secret(str(key).lstrip("-")) or any(is_secret("", v, secret_values) for v in items):
-                found.append(path)
-            found += _secret_keys(value, path, secret_values)
-    return found
 
 
 def _check_names(dep: Deployment, out: list[Problem]) -> None:
@@ -250,24 +178,22 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
     scopes += [(f"pools.{p.role}.engine_config", p.engine_config, "engine config key", "the engine's YAML config (0644)")
                for p in dep.pools]
     for where, data, what, lands in scopes:
-        for key in _secret_keys(data or {}, secret_values=dep.extra.get("secret_values") or frozenset()):
+        # engine flags that would put a secret on the command line (argv is world-readable in /proc
+        # and lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault
+        for key in secret_paths(data or {}, secret_values=dep.extra.get("secret_values") or frozenset()):
             out.append(Problem(
                 "SECRET_IN_ARGV", _src(dep, f"{where}.{key.split('.')[0]}", where, "pools"),
                 f"{what} {key!r} would put a secret into {lands}; accepted: secrets only through the environment",
                 "put it in glmops_env (written to a 0600 env file), e.g. VLLM_API_KEY, from Ansible Vault"))
 
 
-# front-door kind (glmops.plan.router_kind) -> catalog engine entry listing its --policy choices
-_ROUTER_CATALOG_KEY = {"vllm-router": "vllm_router", "sglang-router": "sglang_router"}
-
-
 def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
     """The router's policy must be one its CLI accepts (catalog ``policies``, taken from the
-    routers' option lists): sglang-router 0.3.2 has no ``kv_aware``, vllm-router 0.1.17 has."""
-    from glmops.plan import router_kind
-
-    kind, policy = router_kind(dep)
-    key = _ROUTER_CATALOG_KEY.get(kind)
+    routers' option lists, ``FrontDoor.policy_key``): sglang-router 0.3.2 has no ``kv_aware``,
+    vllm-router 0.1.17 has."""
+    kind, policy = registry.router_kind(dep)
+    door = registry.front_door(kind)
+    key = door.policy_key if door is not None else ""
     if not key:
         return
     accepted = cat.engine(key).get("policies") or []
@@ -276,7 +202,7 @@ def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
             "ROUTER_POLICY", dep.source("router.policy"),
             f"router policy {policy!r} is not accepted by {kind}; accepted: {', '.join(accepted)}",
             "set glmops_topologies.<topology>.router.policy to one of those, "
-            "or use engine dynamo for KV-aware routing"))
+            f"or use engine {' or '.join(registry.kv_routing_engines())} for KV-aware routing"))
 
 
 # --- engine flags and config keys (ENGINE_FLAG, ENGINE_FLAG_OWNED, ENGINE_CONFIG) -------------
@@ -286,61 +212,22 @@ _FLAG_IN_VALUE = re.compile(r"(^|\s)--[A-Za-z]")
 
 
 def _flag_sets(dep: Deployment, cat: Any) -> tuple[list, dict[str, str], str]:
-    """(parsers, owned, version in use) for the workers of ``dep``: ``parsers`` is a list of
-    (FlagList, sections or None) tried in order; ``owned`` maps flag -> what glmops sets it from
-    (the engine modules' ``WORKER_OWNED``); the version is the one the worker runs."""
-    from glmops.catalog import flags as F
-    from glmops.engines import dynamo, sglang, trtllm, vllm
-
-    backend = _backend(dep)
-    if dep.engine == "vllm":
-        return [(F.load("vllm-serve"), None)], vllm.WORKER_OWNED, dep.engine_version
-    if dep.engine == "sglang":
-        return [(F.load("sglang-serve"), None)], sglang.WORKER_OWNED, dep.engine_version
-    if dep.engine == "trtllm":
-        return [(F.load("trtllm-serve"), None)], trtllm.WORKER_OWNED, dep.engine_version
-    pinned = str((cat.engines.get("dynamo", {}).get("backend_versions") or {}).get(backend) or "")
-    if backend == "vllm":
-        # dynamo.vllm: its own flags, then vLLM's engine arguments (frontend flags are rejected)
-        owned = {k: v for k, v in vllm.WORKER_OWNED.items() if k not in ("host", "port")}
-        return ([(F.load("dynamo-vllm-worker"), None), (F.load("vllm-serve"), ("engine",))],
-                {**owned, **dynamo.WORKER_OWNED}, pinned)
-    if backend == "sglang":
-        return ([(F.load("dynamo-sglang-worker"), None), (F.load("sglang-serve"), None)],
-                {**sglang.WORKER_OWNED, **dynamo.WORKER_OWNED}, pinned)
-    if backend == "mocker":
-        return [(_mocker_flags(cat), None)], dynamo.MOCKER_OWNED, dep.engine_version
-    return [], {}, ""
+    """(parsers, owned, version in use) for the workers of ``dep`` (``EngineSpec.flag_sets``):
+    ``parsers`` is a list of (FlagList, sections or None) tried in order; ``owned`` maps flag ->
+    what glmops sets it from (the engine modules' ``WORKER_OWNED``); the version is the one the
+    worker runs."""
+    spec = registry.find(dep.engine)
+    return spec.flag_sets(dep, cat) if spec is not None else ([], {}, "")
 
 
-def _mocker_flags(cat: Any):
-    """The mocker's option names (catalog ``engines.mocker.flags``) as a FlagList."""
-    from glmops.catalog import flags as F
-
-    entry = cat.engines.get("mocker") or {}
-    parser = F.Parser("mocker", str(entry.get("binary") or "python -m dynamo.mocker"), str(entry.get("version") or ""),
-                      "", "catalog engines.yaml:engines.mocker.flags")
-    names = [str(n) for n in entry.get("flags") or []]
-    return F.FlagList(parser, primary={n: n for n in names}, section={n: "" for n in names}, count=len(names))
-
-
-def _router_flag_sets(dep: Deployment) -> tuple[list, dict[str, str], str]:
-    """(parsers, owned, kind) for ``router.args`` of the deployment's front door."""
-    from glmops.catalog import flags as F
-    from glmops.engines import dynamo, sglang, trtllm, vllm
-    from glmops.plan import router_kind
-
-    kind, _ = router_kind(dep)
-    if kind == "vllm-router":
-        return [(F.load("vllm-router"), None)], vllm.ROUTER_OWNED, kind
-    if kind == "sglang-router":
-        return [(F.load("sglang-router"), None)], sglang.ROUTER_OWNED, kind
-    if kind == "dynamo":
-        return [(F.load("dynamo-frontend"), None)], dynamo.FRONTEND_OWNED, kind
-    if kind == "trtllm-disaggregated":
-        # any other top-level key is copied into both server sections as an LLM-API arg
-        return [(F.load("trtllm-disagg"), None), (F.load("trtllm-llm-api"), None)], trtllm.ROUTER_OWNED, kind
-    return [], {}, kind
+def _router_flag_sets(dep: Deployment) -> tuple[list, dict[str, str], str, str]:
+    """(parsers, owned, kind, what a key is called) for ``router.args`` of the deployment's
+    front door (``FrontDoor.flag_lists`` / ``owned`` / ``args_noun``)."""
+    kind, _ = registry.router_kind(dep)
+    door = registry.front_door(kind)
+    if door is None:
+        return [], {}, kind, "router flag"
+    return [(F.load(name), None) for name in door.flag_lists], door.owned, kind, door.args_noun
 
 
 def _resolve_flag(parsers: list, key: str) -> tuple[Any, str | None]:
@@ -392,9 +279,7 @@ def _check_flag_keys(dep: Deployment, data: dict, parsers: list, owned: dict[str
         flags, name = _resolve_flag(parsers, key)
         if flags is None:
             spellings = [s for f, sec in parsers for s in f.spellings(sec)]
-            from glmops.catalog.flags import canon
-
-            close = difflib.get_close_matches(canon(parsers[0][0].parser, key), spellings, n=1, cutoff=0.7)
+            close = difflib.get_close_matches(F.canon(parsers[0][0].parser, key), spellings, n=1, cutoff=0.7)
             hint = (f"did you mean {close[0]!r}?" if close else f"see the {what} list named above") + \
                 _version_note(parsers, version)
             _problem(out, "ENGINE_FLAG", path,
@@ -434,60 +319,30 @@ def _check_engine_flags(dep: Deployment, cat: Any, out: list[Problem]) -> None:
             _check_flag_keys(dep, data, parsers, owned, version, where,
                              lambda k, b=key_base: _src(dep, f"{b}.{k}", b),
                              "engine flag", {"pool": pool_var, "router": rpath}, out)
-    rparsers, rowned, _kind = _router_flag_sets(dep)
+    rparsers, rowned, _kind, noun = _router_flag_sets(dep)
     args = {k: v for k, v in (dep.router.args or {}).items() if k != "backend"}
     if args:
         base = _src(dep, "router.args")
         _check_flag_keys(dep, args, rparsers, rowned, "", f"{rpath}.args",
-                         lambda k: f"{base}.{k}", "router flag" if _kind != "trtllm-disaggregated" else "disagg config key",
+                         lambda k: f"{base}.{k}", noun,
                          {"pool": f"glmops_topologies.{topo}.pools.<role>", "router": rpath}, out)
+    spec = registry.find(dep.engine)
     configs = [("glmops_engine_config", "engine_config", dep.engine_config, f"glmops_topologies.{topo}.pools.<role>")]
     configs += [(f"glmops_topologies.{topo}.pools.{p.role}.engine_config", f"pools.{p.role}.engine_config",
                  p.engine_config, f"glmops_topologies.{topo}.pools.{p.role}") for p in dep.pools]
     for where, key_base, data, pool_var in configs:
         if not isinstance(data, dict) or not data:
             continue
-        if dep.engine != "trtllm":
+        if spec is None or not spec.config_flags:
             _problem(out, "ENGINE_CONFIG", _src(dep, key_base),
                      f"{where} is set but {dep.engine} reads no engine config file (keys "
-                     f"{', '.join(map(repr, data))}); accepted: engine_config only with glmops_engine trtllm",
+                     f"{', '.join(map(repr, data))}); accepted: engine_config only with glmops_engine "
+                     f"{' or '.join(registry.config_engines())}",
                      "put the settings in engine_args (command-line flags) instead")
             continue
-        from glmops.catalog import flags as F
-        from glmops.engines import trtllm
-
-        _check_flag_keys(dep, data, [(F.load("trtllm-llm-api"), None)], trtllm.CONFIG_OWNED, dep.engine_version,
+        _check_flag_keys(dep, data, [(F.load(n), None) for n in spec.config_flags], spec.config_owned, dep.engine_version,
                          where, lambda k, b=key_base: _src(dep, f"{b}.{k}", b), "engine config key",
                          {"pool": pool_var, "router": rpath}, out)
-
-
-def _check_dynamo_planes(dep: Deployment, cat: Any, out: list[Problem]) -> None:
-    """F20: Dynamo's planes and discovery are set once, by glmops, for the frontend and every
-    worker: an env override (``DYN_REQUEST_PLANE`` ... ``ETCD_ENDPOINTS``, per pool also
-    ``DYN_FILE_KV``) or a ``response-plane`` flag is refused; ``glmops_dynamo_etcd_hosts``
-    names an accepted member count (catalog ``engines.etcd.members``) of distinct hosts."""
-    if dep.engine != "dynamo":
-        if dep.extra.get("dynamo_etcd_hosts"):
-            _problem(out, "DYNAMO_ONLY", _src(dep, "dynamo_etcd_hosts", "glmops_dynamo_etcd_hosts"),
-                     f"glmops_dynamo_etcd_hosts is set but glmops_engine is {dep.engine!r}; accepted: only with engine dynamo")
-        return
-    from glmops.engines import dynamo
-
-    for path, key, value in dynamo.plane_problems(dep):
-        what = "flag" if key.lstrip("-") == "response-plane" else "env"
-        _problem(out, "F20_DYNAMO_PLANES", f"{path}.{key}",
-                 f"{what} {key}={value!r} would set a Dynamo plane or store address for part of the deployment; "
-                 "accepted: none (glmops renders --request-plane/--event-plane/--discovery-backend and "
-                 "ETCD_ENDPOINTS once, the same on the frontend and every worker)",
-                 "choose planes with glmops_dynamo_request_plane (tcp, nats) and glmops_dynamo_event_plane "
-                 "(zmq, nats), store hosts with glmops_dynamo_etcd_hosts")
-    hosts = [str(h) for h in dep.extra.get("dynamo_etcd_hosts") or []]
-    if hosts:
-        accepted = [int(n) for n in (cat.engines.get("etcd") or {}).get("members") or [1, 3, 5]]
-        if len(hosts) not in accepted or len(set(hosts)) != len(hosts):
-            _problem(out, "DYNAMO_ETCD_HOSTS", _src(dep, "dynamo_etcd_hosts", "glmops_dynamo_etcd_hosts"),
-                     f"glmops_dynamo_etcd_hosts names {len(hosts)} host(s) {hosts}; accepted: "
-                     f"{', '.join(map(str, accepted))} distinct hosts (an odd etcd cluster: 3 survive one failed host)")
 
 
 def _dedupe(problems: Iterable[Problem]) -> list[Problem]:
@@ -530,10 +385,8 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
         value = getattr(dep, field)
         if value not in accepted:
             _problem(out, "CHOICE", _src(dep, field, var), f"{var} {value!r} is not accepted; accepted: {', '.join(accepted)}")
-    if dep.engine == "dynamo" and dep.extra.get("dynamo_backend") not in DYNAMO_BACKENDS:
-        _problem(out, "CHOICE", _src(dep, "glmops_dynamo_backend"),
-                 f"glmops_dynamo_backend {dep.extra.get('dynamo_backend')!r} is not accepted; accepted: {', '.join(DYNAMO_BACKENDS)}")
-        ok = False  # later rules read the backend's catalog entry
+    if not _engine_rules(dep, "keys", RuleFacts(cat=cat), out):
+        ok = False  # e.g. an unknown worker backend: later rules read the backend's catalog entry
     if dep.checkpoint.mode not in CHECKPOINT_MODES:
         _problem(out, "CHOICE", _src(dep, "checkpoint.mode"),
                  f"glmops_checkpoint.mode {dep.checkpoint.mode!r} is not accepted; accepted: {', '.join(CHECKPOINT_MODES)}")
@@ -741,20 +594,6 @@ def _check_arch(dep: Deployment, model: dict, variant: dict, hw: dict, engine: d
                          "seed 004: BF16 weights need multi-node deployment; or pick fp8/nvfp4")
 
 
-def _check_backend_hardware(dep: Deployment, cat: Any, hw: dict, out: list[Problem]) -> None:
-    """A Dynamo worker backend whose catalog entry names its hardware (``hardware:``; the
-    mocker: ``cpu``, a simulated engine for the lab) runs on that hardware only."""
-    if dep.engine != "dynamo":
-        return
-    backend = _backend(dep)
-    allowed = (cat.engines.get(backend) or {}).get("hardware")
-    if allowed and dep.hardware not in allowed:
-        _problem(out, "ENGINE_HARDWARE", _src(dep, "dynamo_backend", "glmops_dynamo_backend"),
-                 f"glmops_dynamo_backend {backend!r} does not run on {hw.get('name')} ({dep.hardware}); "
-                 f"accepted hardware: {', '.join(allowed)}",
-                 "the mocker simulates an engine for the CPU lab; on GPU nodes use glmops_dynamo_backend vllm or sglang")
-
-
 def _is_fp8(value: str) -> bool:
     return str(value).lower().startswith("fp8")
 
@@ -785,7 +624,12 @@ SPECULATIVE_KEYS = frozenset({"method", "num_speculative_tokens", "num_steps", "
 
 
 def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None:
-    trt = dep.engine == "trtllm"
+    """Speculative decoding per pool: known keys, a method the backend accepts (catalog
+    ``speculative.methods``; an engine with ``speculative_own_keys`` checks its own), positive
+    counts, MTP only on a model with MTP layers, the engine's own rules, and F16 (equal
+    settings on both pools)."""
+    espec = registry.find(dep.engine)
+    own = espec.speculative_own_keys if espec is not None else frozenset()
     backend = catalog_mod.load().engines.get(_backend(dep)) or {}
     for pool in dep.pools:
         spec = pool.speculative
@@ -800,43 +644,26 @@ def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None
         if method in ("none", "off"):
             continue
         accepted = [str(m) for m in (backend.get("speculative") or {}).get("methods", [])]
-        keys = SPECULATIVE_KEYS | ({"max_draft_len"} if trt else set())
+        keys = SPECULATIVE_KEYS | own
         unknown = sorted(map(str, set(spec) - keys))
         if unknown:
             _problem(out, "SPECULATIVE", where, f"speculative key(s) {', '.join(map(repr, unknown))} are not accepted; "
                      f"accepted: {', '.join(sorted(keys))}")
-        if method not in accepted and not trt:
+        if method not in accepted and not own:
             _problem(out, "SPECULATIVE", where,
                      f"speculative method {spec.get('method')!r} is not accepted on {_backend(dep)}; "
                      f"accepted: {', '.join(accepted + ['none'])}")
-        for key in sorted(keys - {"method", "max_draft_len"} - ({"num_speculative_tokens"} if trt else set())):
+        for key in sorted(keys - {"method", "max_draft_len"} - own):
             if key in spec and (isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < 1):
                 _problem(out, "SPECULATIVE", where, f"speculative {key} {spec[key]!r} is not accepted; accepted: an integer >= 1")
         if method == "":
             continue
         if method == "mtp" and int(model.get("mtp_layers", 1) or 0) < 1:
             _problem(out, "SPECULATIVE", where, f"{model.get('name')} has no MTP layer; accepted: method none")
-        if trt:
-            found, n = _draft_len(spec)
-            if method != "mtp":
-                _problem(out, "SPECULATIVE", where,
-                         f"speculative method {spec.get('method')!r} on TensorRT-LLM is not accepted for {model.get('name')}; accepted: mtp")
-            if not found:
-                _problem(out, "MTP_DRAFT_LEN", where,
-                         "speculative num_speculative_tokens is missing; accepted: 1..5 (TensorRT-LLM max_draft_len)")
-            elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 5:
-                _problem(out, "MTP_DRAFT_LEN", where,
-                         f"MTP max_draft_len (num_speculative_tokens) {n!r} is not accepted on TensorRT-LLM; accepted: 1..5",
-                         "seed 000: max_draft_len 1 to 5; the example uses 3")
-    if trt:
-        for pool in dep.pools:
-            found, cfg = _dig(_config(dep, pool), "speculative_config")
-            if found and isinstance(cfg, dict) and "max_draft_len" in cfg:
-                n = cfg["max_draft_len"]
-                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 5:
-                    _problem(out, "MTP_DRAFT_LEN",
-                             _src(dep, f"pools.{pool.role}.engine_config.speculative_config", "engine_config.speculative_config"),
-                             f"speculative_config.max_draft_len {n!r} is not accepted; accepted: 1..5 (seed 000)")
+        if espec is not None and espec.speculative_pool_rule is not None:
+            espec.speculative_pool_rule(dep, model, spec, where, method, out)
+    if espec is not None and espec.speculative_config_rule is not None:
+        espec.speculative_config_rule(dep, out)
     if dep.topology == "disagg" and (backend.get("speculative") or {}).get("equal_on_both_pools", True):
         pre, dec = dep.pool("prefill"), dep.pool("decode")
         if pre and dec:
@@ -846,49 +673,6 @@ def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None
                          f"speculative settings differ: prefill {a!r}, decode {b!r}; accepted: the same settings on both pools "
                          "(equal num_speculative_tokens / matching speculative_config)",
                          "set glmops_speculative once for both pools (seeds 000, 001, 002)")
-
-
-def _check_trtllm(dep: Deployment, model: dict, engine: dict, out: list[Problem]) -> None:
-    if dep.engine != "trtllm":
-        return
-    snap = engine.get("mamba_snapshot") or {}
-    for pool in dep.pools:
-        cfg = _config(dep, pool)
-        cpath = _src(dep, f"pools.{pool.role}.engine_config", "engine_config", "glmops_engine_config")
-        # block reuse needs a periodic Mamba snapshot interval (seed 000)
-        if model.get("block_reuse_needs_mamba_snapshot"):
-            found, reuse = _dig(cfg, snap.get("reuse_key", "kv_cache_config.enable_block_reuse"))
-            has_new, interval = _dig(cfg, snap.get("interval_key", "kv_cache_config.mamba_state_config.periodic_snapshot_interval"))
-            has_old, old = _dig(cfg, snap.get("deprecated_interval_key", "kv_cache_config.mamba_state_cache_interval"))
-            if found and reuse is True and not ((has_new and interval) or (has_old and old)):
-                _problem(out, "BLOCK_REUSE_SNAPSHOT", cpath,
-                         f"pool {pool.role} kv_cache_config.enable_block_reuse is true without "
-                         f"kv_cache_config.mamba_state_config.periodic_snapshot_interval; accepted: an interval > 0 "
-                         f"(e.g. {snap.get('example_interval', 256)}) or enable_block_reuse false",
-                         "seed 000: without the snapshot policy reuse is disabled")
-        # cuda_graph_config.max_batch_size == max_batch_size (seed 000)
-        found, cg = _dig(cfg, "cuda_graph_config")
-        mbs = _args(dep, pool).get("max-batch-size", dep.max_batch_size)
-        if "max_batch_size" in cfg:
-            mbs = cfg["max_batch_size"]
-        if found and isinstance(cg, dict) and "max_batch_size" in cg and mbs is not None and cg["max_batch_size"] != mbs:
-            _problem(out, "CUDA_GRAPH_BATCH", cpath,
-                     f"pool {pool.role} cuda_graph_config.max_batch_size {cg['max_batch_size']!r} differs from max_batch_size "
-                     f"{mbs!r}; accepted: {mbs!r}", "seed 000: set it to match --max_batch_size")
-        if found and isinstance(cg, dict) and cg.get("batch_sizes") and "max_batch_size" in cg:
-            if cg["max_batch_size"] != max(cg["batch_sizes"]):
-                _problem(out, "CUDA_GRAPH_BATCH", cpath,
-                         f"pool {pool.role} cuda_graph_config.max_batch_size {cg['max_batch_size']!r} is not "
-                         f"max(batch_sizes) {max(cg['batch_sizes'])}; accepted: {max(cg['batch_sizes'])}")
-        # context workers: disable_overlap_scheduler true, cuda_graph_config null (seed 000)
-        if dep.topology == "disagg" and pool.role == "prefill":
-            want = engine.get("context_worker") or {"disable_overlap_scheduler": True, "cuda_graph_config": None}
-            for key, value in want.items():
-                has, got = _dig(cfg, key)
-                if has and got != value:
-                    _problem(out, "CONTEXT_WORKER_CONFIG", _src(dep, f"pools.prefill.engine_config.{key}", cpath),
-                             f"context worker {key} is {got!r}; accepted: {value!r}",
-                             "seed 000: set disable_overlap_scheduler: true and cuda_graph_config: null on the context worker")
 
 
 def _check_limits(dep: Deployment, model: dict, out: list[Problem]) -> None:
@@ -961,12 +745,26 @@ def _check_multimodal(dep: Deployment, model: dict, out: list[Problem]) -> None:
     where = _src(dep, "multimodal", "glmops_multimodal")
     if not {"image", "video"} & set(model.get("modalities") or []):
         _problem(out, "MULTIMODAL", where, f"{model.get('name')} takes {model.get('modalities')} input; accepted: glmops_multimodal false")
+    pin = transformers_pin(dep)
     for spec in dep.extra.get("pip_extra") or []:
         name = re.split(r"[<>=!~\[ ;]", str(spec), maxsplit=1)[0].strip().lower()
-        if name == "transformers" and str(spec).replace(" ", "") != TRANSFORMERS_PIN:
+        if pin and name == "transformers" and str(spec).replace(" ", "") != pin:
             _problem(out, "TRANSFORMERS_PIN", _src(dep, "pip_extra", "glmops_pip_extra"),
-                     f"glmops_pip_extra has {spec!r} while image/video input is on; accepted: {TRANSFORMERS_PIN}",
-                     "seed 000: image and video inputs need the native Glm5NextProcessor from transformers==5.17.0")
+                     f"glmops_pip_extra has {spec!r} while image/video input is on; accepted: {pin}",
+                     f"seed 000: image and video inputs need the native Glm5NextProcessor from {pin}")
+
+
+def transformers_pin(dep: Deployment) -> str:
+    """The ``transformers==X`` pin image/video input needs: the first ``transformers`` entry of
+    the catalog's ``multimodal_pip`` for the engine that runs the model, else of any engine
+    (glmops/catalog/engines.yaml, seed 000); ``""`` when the catalog names none."""
+    cat = catalog_mod.load()
+    entries = [cat.engines.get(_backend(dep)) or {}] + list(cat.engines.values())
+    for entry in entries:
+        for spec in entry.get("multimodal_pip") or []:
+            if re.split(r"[<>=!~\[ ;]", str(spec), maxsplit=1)[0].strip().lower() == "transformers":
+                return str(spec).replace(" ", "")
+    return ""
 
 
 def _check_checkpoint(dep: Deployment, variant: dict, out: list[Problem]) -> None:
@@ -983,19 +781,12 @@ def _check_checkpoint(dep: Deployment, variant: dict, out: list[Problem]) -> Non
 
 
 def _transport(dep: Deployment, pool: PoolSpec) -> str:
-    """KV transfer backend of a disagg pool, lower case: nixl | mooncake | ucx | ..."""
-    backend = _backend(dep)
-    args = _args(dep, pool)
-    if backend == "sglang":
-        return str(args.get("disaggregation-transfer-backend") or "mooncake").lower()
-    if backend == "vllm":
-        found, conn = _dig(args, "kv-transfer-config.kv_connector")
-        conn = str(conn if found and conn else "NixlConnector")
-        return "nixl" if conn.lower().startswith("nixl") else conn.lower().replace("connector", "")
-    if backend == "trtllm":
-        found, be = _dig(_config(dep, pool), "cache_transceiver_config.backend")
-        return str(be if found and be else "NIXL").lower()
-    return ""
+    """KV transfer backend of a disagg pool, lower case: nixl | mooncake | ucx | ... (the
+    backend engine's ``EngineSpec.transport``; ``""`` when it declares none)."""
+    spec = registry.find(_backend(dep))
+    if spec is None or spec.transport is None:
+        return ""
+    return spec.transport(_args(dep, pool), _config(dep, pool))
 
 
 def _layout_settings(dep: Deployment, pool: PoolSpec, layout_keys: dict) -> dict[str, Any]:
@@ -1032,23 +823,15 @@ def _layout_settings(dep: Deployment, pool: PoolSpec, layout_keys: dict) -> dict
     return out
 
 
-def _check_disagg(dep: Deployment, backend: dict, out: list[Problem]) -> None:
-    # F04 runs for any TRT-LLM deployment: the variables conflict in one environment.
-    if dep.engine == "trtllm" or _backend(dep) == "trtllm":
-        tenv = (backend.get("transport_env") or {})
-        var = tenv.get("backend_var", "TRTLLM_NIXL_KVCACHE_BACKEND")
-        for pool in dep.pools:
-            env = _env(dep, pool)
-            for other in tenv.get("conflicting_vars") or ["NIXL_BACKEND"]:
-                if other in env and var in env:
-                    _problem(out, "F04_TRANSPORT_ENV",
-                             _src(dep, f"pools.{pool.role}.env.{other}", f"env.{other}", f"pools.{pool.role}.env.{var}", f"env.{var}"),
-                             f"pool {pool.role} env sets both {other}={env[other]!r} and {var}={env[var]!r}; accepted: only "
-                             f"{var} ({', '.join(tenv.get('backend_values') or ['UCX', 'LIBFABRIC'])})",
-                             f"TensorRT-LLM reads {var}; drop {other}")
-            if var in env and env[var] not in (tenv.get("backend_values") or ["UCX", "LIBFABRIC"]):
-                _problem(out, "F04_TRANSPORT_ENV", _src(dep, f"pools.{pool.role}.env.{var}", f"env.{var}"),
-                         f"{var} {env[var]!r} is not accepted; accepted: {', '.join(tenv.get('backend_values') or [])}")
+def _check_disagg(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None:
+    """The engine's (and its backend's) own transport rules (stage ``transport``, e.g. F04),
+    then for a disaggregated topology F01 (layout-affecting settings equal on both pools) and
+    F06 (cross-host NIXL needs RDMA devices on every host)."""
+    backend = facts.backend or {}
+    for name in dict.fromkeys([dep.engine, _backend(dep)]):
+        spec = registry.find(name)
+        if spec is not None and "transport" in spec.rules:
+            spec.rules["transport"](dep, facts, out)
     if dep.topology != "disagg":
         return
     pre, dec = dep.pool("prefill"), dep.pool("decode")
@@ -1096,24 +879,26 @@ def _check_side_channels(dep: Deployment, out: list[Problem]) -> None:
     checks it against every other explicit side-channel range and HTTP/router port on the same
     host. Ports glmops picks itself are checked on the plan (:func:`check_plan`).
     """
-    if _backend(dep) != "vllm" or dep.topology != "disagg":
+    spec = registry.find(_backend(dep))
+    var = spec.side_channel_env if spec is not None else ""
+    if not var or dep.topology != "disagg":
         return
     claims: dict[str, list[tuple[str, str, list[int], str]]] = {}
     for pool in dep.pools:
         env = _env(dep, pool)
-        base = env.get("VLLM_NIXL_SIDE_CHANNEL_PORT")
+        base = env.get(var)
         hosts = _placed_hosts(dep, pool)
         if base is not None:
             try:
                 start = int(base)
             except ValueError:
-                _problem(out, "PORT", _src(dep, f"pools.{pool.role}.env.VLLM_NIXL_SIDE_CHANNEL_PORT", "env.VLLM_NIXL_SIDE_CHANNEL_PORT"),
-                         f"VLLM_NIXL_SIDE_CHANNEL_PORT {base!r} is not a port; accepted: 1..65535")
+                _problem(out, "PORT", _src(dep, f"pools.{pool.role}.env.{var}", f"env.{var}"),
+                         f"{var} {base!r} is not a port; accepted: 1..65535")
                 continue
             per_node = pool.world_size
             gpn = max((len(dep.hosts[h].gpus) for h in hosts), default=0) or per_node
             ranks = min(per_node, gpn)
-            where = _src(dep, f"pools.{pool.role}.env.VLLM_NIXL_SIDE_CHANNEL_PORT", "env.VLLM_NIXL_SIDE_CHANNEL_PORT")
+            where = _src(dep, f"pools.{pool.role}.env.{var}", f"env.{var}")
             for h in hosts:
                 claims.setdefault(h, []).append((pool.role, "nixl_side_channel", list(range(start, start + ranks)), where))
         if pool.port is not None:
@@ -1131,7 +916,7 @@ def _check_side_channels(dep: Deployment, out: list[Problem]) -> None:
                     _problem(out, "F05_PORT_COLLISION", where_b if what_b == "nixl_side_channel" else where_a,
                              f"on host {host} {role_a} {what_a} {_span(ports_a)} overlaps {role_b} {what_b} {_span(ports_b)} "
                              f"(port {_span(both)}); accepted: disjoint ports per host, one NIXL side-channel port per rank",
-                             f"e.g. VLLM_NIXL_SIDE_CHANNEL_PORT {max(ports_a + ports_b) + 1} for {role_b}, or place it on another host")
+                             f"e.g. {var} {max(ports_a + ports_b) + 1} for {role_b}, or place it on another host")
 
 
 _ROLE_ORDER = {"agg": 0, "prefill": 1, "decode": 2}
@@ -1218,8 +1003,8 @@ def check_plan(plan: Plan, dep: Deployment | None = None) -> list[Problem]:
     """Problems visible on the planned services: every port a service binds (``Service.port``
     plus ``Service.ports``, per rank) used twice on one host (F05), a GPU used twice on one
     host, a GPU index outside the host's ``glmops_gpus``, an advertised localhost address on
-    a multi-host plan, and the TensorRT-LLM configs as rendered (CUDA graph batch, context
-    worker settings, block reuse without a Mamba snapshot interval)."""
+    a multi-host plan, and the engine's own checks of the services as rendered
+    (``EngineSpec.plan_rules``: TensorRT-LLM's configs)."""
     out: list[Problem] = []
     by_host: dict[str, list[Service]] = {}
     for svc in plan.services:
@@ -1278,57 +1063,10 @@ def check_plan(plan: Plan, dep: Deployment | None = None) -> list[Problem]:
                         _problem(out, "ADVERTISE_ADDRESS", f"service {svc.name}",
                                  f"{svc.name} advertises VLLM_NIXL_SIDE_CHANNEL_HOST={svc.env['VLLM_NIXL_SIDE_CHANNEL_HOST']!r} "
                                  f"on host {host}; accepted: {want!r}")
-    if plan.engine == "trtllm":
-        out += _check_trtllm_files(plan, dep)
+    spec = registry.find(plan.engine)
+    if spec is not None and spec.plan_rules is not None:
+        out += spec.plan_rules(plan, dep)
     return _dedupe(out)
-
-
-def _argv_value(argv: list[str], flag: str) -> str | None:
-    for i, word in enumerate(argv):
-        if word == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
-def _as_int(value: Any) -> int | None:
-    """``int(value)``, or None when it is not an integer (a bad value another rule reports)."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _check_trtllm_files(plan: Plan, dep: Deployment | None) -> list[Problem]:
-    out: list[Problem] = []
-    for svc in plan.services:
-        if svc.role not in ("agg", "prefill", "decode"):
-            continue
-        for f in svc.files:
-            if f.format != "yaml" or not isinstance(f.content, dict) or "hostname" in f.content:
-                continue
-            cfg = f.content
-            cg = cfg.get("cuda_graph_config")
-            mbs = cfg.get("max_batch_size") or _argv_value(svc.argv, "--max_batch_size")
-            if isinstance(cg, dict) and cg.get("max_batch_size") is not None and mbs is not None \
-                    and _as_int(cg["max_batch_size"]) is not None and _as_int(mbs) is not None \
-                    and _as_int(cg["max_batch_size"]) != _as_int(mbs):
-                _problem(out, "CUDA_GRAPH_BATCH", f"{svc.name}: {f.path}",
-                         f"cuda_graph_config.max_batch_size {cg['max_batch_size']} differs from --max_batch_size {mbs}; accepted: {mbs}")
-            if svc.role == "prefill" and plan.topology == "disagg":
-                if cfg.get("disable_overlap_scheduler") is not True or cfg.get("cuda_graph_config", "missing") is not None:
-                    _problem(out, "CONTEXT_WORKER_CONFIG", f"{svc.name}: {f.path}",
-                             f"context worker has disable_overlap_scheduler {cfg.get('disable_overlap_scheduler')!r} and "
-                             f"cuda_graph_config {cfg.get('cuda_graph_config', '(unset)')!r}; accepted: true and null (seed 000)")
-            kv = cfg.get("kv_cache_config") or {}
-            if kv.get("enable_block_reuse") is True and not ((kv.get("mamba_state_config") or {}).get("periodic_snapshot_interval")
-                                                             or kv.get("mamba_state_cache_interval")):
-                if dep is None or (catalog_mod.load().models.get(dep.model) or {}).get("block_reuse_needs_mamba_snapshot"):
-                    _problem(out, "BLOCK_REUSE_SNAPSHOT", f"{svc.name}: {f.path}",
-                             "kv_cache_config.enable_block_reuse true without mamba_state_config.periodic_snapshot_interval; "
-                             "accepted: an interval > 0 (e.g. 256)")
-    return out
 
 
 # ----------------------------------------------------------------------------- validate
@@ -1349,8 +1087,6 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
         return None, problems  # out-of-range sizes (the loader's or ours): placing them would not end
     plan = None
     try:
-        from glmops import plan as plan_mod
-
         plan = plan_mod.build(dep)
     except ValidationError as exc:
         # placement failures repeat what GPU/pool rules already said: keep the rules' words
@@ -1367,9 +1103,7 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
         # the rendered-config checks repeat deployment-level findings: report each code once
         said = {p.code for p in problems}
         problems += [p for p in check_plan(plan, dep) if p.code not in said or p.code not in _PLAN_REPEATS]
-        from glmops import monitoring  # Prometheus' / the exporters' ports against the Plan's (F05)
-
-        problems += monitoring.check(dep, plan)
+        problems += monitoring.check(dep, plan)  # Prometheus' / the exporters' ports against the Plan's (F05)
     return plan, _dedupe(problems)
 
 

@@ -297,6 +297,11 @@ class Ctx:
     front_host: str = ""
     hosts_used: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the front door glmops.engines.registry.router_kind computed (kind, engine-neutral policy)
+    # and whether workers publish KV events for it: engines read these, not glmops.plan
+    front_kind: str = ""
+    front_policy: str = "round_robin"
+    kv_events: bool = False
 
     def alloc(self, host: str) -> PortAllocator:
         return self.ports.setdefault(host, PortAllocator())
@@ -455,6 +460,13 @@ def metrics_url(engine_key: str, address: str, ports: dict[str, list[int]], whic
     if not purpose or not ports.get(purpose):
         return ""
     return url(address, ports[purpose][0], str(spec.get("path") or "/metrics"))
+
+
+def router_host(ctx: Ctx, workers: list) -> HostSpec:
+    """The front door's host: RouterSpec.host, else the first worker's host, else the first host."""
+    dep = ctx.dep
+    name = dep.router.host or (workers[0].host if workers else next(iter(dep.hosts)))
+    return dep.hosts[name]
 
 
 def url(address: str, port: int, path: str = "") -> str:

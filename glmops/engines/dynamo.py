@@ -17,11 +17,16 @@ all mount (entries are files kept alive by mtime, expired ones are removed), and
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from glmops.catalog import flags as F
 from glmops.engines import base, sglang, vllm
 from glmops.engines.base import CATALOG, Ctx, Placement
-from glmops.model import PoolSpec, Service
+from glmops.engines.problems import problem, src
+from glmops.engines.registry import EngineSpec, FrontDoor, RuleFacts
+from glmops.model import Deployment, PoolSpec, Problem, Service
+from glmops.variables import VARIABLES
 
 ENGINE = "dynamo"
 # Flags this module sets itself -> what sets them (see glmops.engines.vllm.WORKER_OWNED). Workers
@@ -243,9 +248,11 @@ ROUTER_MODES = {"kv_aware": "kv", "cache_aware": "kv", "kv": "kv", "round_robin"
 def router_mode(dep) -> str:
     """Dynamo ``--router-mode`` for the deployment's router policy (hyphenated; the
     frontend rejects ``round_robin``). Unknown names pass through hyphenated."""
-    from glmops.plan import router_kind
+    return policy_mode(dep.router.policy or "round_robin")
 
-    _, policy = router_kind(dep)
+
+def policy_mode(policy: str) -> str:
+    """``--router-mode`` for an engine-neutral policy name (see :data:`ROUTER_MODES`)."""
     key = (policy or "round_robin").replace("-", "_")
     return ROUTER_MODES.get(key, key.replace("_", "-"))
 
@@ -399,3 +406,103 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
         # every planned worker registered (its /health lists each worker process once)
         instances=len([w for w in workers if w.node_rank == 0 and w.role != ROLE_STORE]),
     )]
+
+
+# --------------------------------------------------------------------------- spec
+
+BACKENDS = VARIABLES["glmops_dynamo_backend"].choices or ()
+
+
+def rules_backend(dep: Deployment) -> str:
+    """The worker backend as the rules read it: ``glmops_dynamo_backend``, vllm when unset."""
+    return str(dep.extra.get("dynamo_backend") or "vllm")
+
+
+def mocker_flags(cat: Any) -> Any:
+    """The mocker's option names (catalog ``engines.mocker.flags``) as a FlagList."""
+    entry = cat.engines.get("mocker") or {}
+    parser = F.Parser("mocker", str(entry.get("binary") or "python -m dynamo.mocker"), str(entry.get("version") or ""),
+                      "", "catalog engines.yaml:engines.mocker.flags")
+    names = [str(n) for n in entry.get("flags") or []]
+    return F.FlagList(parser, primary={n: n for n in names}, section={n: "" for n in names}, count=len(names))
+
+
+def _flag_sets(dep: Deployment, cat: Any) -> tuple[list, dict[str, str], str]:
+    """The worker's flag lists per backend: dynamo.vllm's own flags then vLLM's engine
+    arguments (frontend flags are rejected); dynamo.sglang's then SGLang's; the mocker's."""
+    backend = rules_backend(dep)
+    pinned = str((cat.engines.get(ENGINE, {}).get("backend_versions") or {}).get(backend) or "")
+    if backend == "vllm":
+        owned = {k: v for k, v in vllm.WORKER_OWNED.items() if k not in ("host", "port")}
+        return ([(F.load("dynamo-vllm-worker"), None), (F.load("vllm-serve"), ("engine",))],
+                {**owned, **WORKER_OWNED}, pinned)
+    if backend == "sglang":
+        return ([(F.load("dynamo-sglang-worker"), None), (F.load("sglang-serve"), None)],
+                {**sglang.WORKER_OWNED, **WORKER_OWNED}, pinned)
+    if backend == "mocker":
+        return [(mocker_flags(cat), None)], MOCKER_OWNED, dep.engine_version
+    return [], {}, ""
+
+
+def _check_backend_choice(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> bool:
+    """``glmops_dynamo_backend`` one of the accepted backends (later rules read its catalog entry)."""
+    if dep.extra.get("dynamo_backend") not in BACKENDS:
+        problem(out, "CHOICE", src(dep, "glmops_dynamo_backend"),
+                f"glmops_dynamo_backend {dep.extra.get('dynamo_backend')!r} is not accepted; accepted: {', '.join(BACKENDS)}")
+        return False
+    return True
+
+
+def _check_backend_hardware(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None:
+    """A worker backend whose catalog entry names its hardware (``hardware:``; the mocker:
+    ``cpu``, a simulated engine for the lab) runs on that hardware only."""
+    backend = rules_backend(dep)
+    hw = facts.hw or {}
+    allowed = (facts.cat.engines.get(backend) or {}).get("hardware")
+    if allowed and dep.hardware not in allowed:
+        problem(out, "ENGINE_HARDWARE", src(dep, "dynamo_backend", "glmops_dynamo_backend"),
+                f"glmops_dynamo_backend {backend!r} does not run on {hw.get('name')} ({dep.hardware}); "
+                f"accepted hardware: {', '.join(allowed)}",
+                "the mocker simulates an engine for the CPU lab; on GPU nodes use glmops_dynamo_backend vllm or sglang")
+
+
+def _check_planes(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None:
+    """F20: the planes and discovery are set once, by glmops, for the frontend and every
+    worker: an env override (``DYN_REQUEST_PLANE`` ... ``ETCD_ENDPOINTS``, per pool also
+    ``DYN_FILE_KV``) or a ``response-plane`` flag is refused; ``glmops_dynamo_etcd_hosts``
+    names an accepted member count (catalog ``engines.etcd.members``) of distinct hosts."""
+    for path, key, value in plane_problems(dep):
+        what = "flag" if key.lstrip("-") == "response-plane" else "env"
+        problem(out, "F20_DYNAMO_PLANES", f"{path}.{key}",
+                f"{what} {key}={value!r} would set a Dynamo plane or store address for part of the deployment; "
+                "accepted: none (glmops renders --request-plane/--event-plane/--discovery-backend and "
+                "ETCD_ENDPOINTS once, the same on the frontend and every worker)",
+                "choose planes with glmops_dynamo_request_plane (tcp, nats) and glmops_dynamo_event_plane "
+                "(zmq, nats), store hosts with glmops_dynamo_etcd_hosts")
+    hosts = [str(h) for h in dep.extra.get("dynamo_etcd_hosts") or []]
+    if hosts:
+        accepted = [int(n) for n in (facts.cat.engines.get("etcd") or {}).get("members") or [1, 3, 5]]
+        if len(hosts) not in accepted or len(set(hosts)) != len(hosts):
+            problem(out, "DYNAMO_ETCD_HOSTS", src(dep, "dynamo_etcd_hosts", "glmops_dynamo_etcd_hosts"),
+                    f"glmops_dynamo_etcd_hosts names {len(hosts)} host(s) {hosts}; accepted: "
+                    f"{', '.join(map(str, accepted))} distinct hosts (an odd etcd cluster: 3 survive one failed host)")
+
+
+def _check_absent(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None:
+    """Dynamo-only variables on another engine."""
+    if dep.extra.get("dynamo_etcd_hosts"):
+        problem(out, "DYNAMO_ONLY", src(dep, "dynamo_etcd_hosts", "glmops_dynamo_etcd_hosts"),
+                f"glmops_dynamo_etcd_hosts is set but glmops_engine is {dep.engine!r}; accepted: only with engine dynamo")
+
+
+SPEC = EngineSpec(
+    name=ENGINE, module=sys.modules[__name__], order=40,
+    front_doors=(FrontDoor(ENGINE, router, ("dynamo-frontend",), FRONTEND_OWNED, order=40,
+                           kv_events=lambda policy: policy_mode(policy) == "kv", kv_routing=True,
+                           instances=registered),),
+    agg_front=ENGINE, disagg_front=ENGINE, front_always=True,
+    backend=rules_backend, flag_sets=_flag_sets,
+    rules={"keys": _check_backend_choice, "hardware": _check_backend_hardware,
+           "planes": _check_planes, "absent": _check_absent},
+    work_counters=("dynamo_component_requests_total",),
+)

@@ -11,11 +11,14 @@ reference/option-lists/sglang-0.5.23-serve.txt (``--enable-linear-replayssm-spec
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from glmops.engines import base
 from glmops.engines.base import CATALOG, Ctx, Placement, Settings
-from glmops.model import PoolSpec, Service
+from glmops.catalog import flags as F
+from glmops.engines.registry import EngineSpec, FrontDoor
+from glmops.model import Deployment, PoolSpec, Service
 
 ENGINE = "sglang"
 
@@ -73,11 +76,7 @@ def speculative_args(st: Settings) -> dict[str, Any]:
 
 def kv_events_wanted(ctx: Ctx) -> bool:
     """KV events are published when the front door routes on them (Dynamo ``kv``)."""
-    from glmops.engines.dynamo import router_mode
-    from glmops.plan import router_kind
-
-    kind, _ = router_kind(ctx.dep)
-    return kind == "dynamo" and router_mode(ctx.dep) == "kv"
+    return ctx.kv_events
 
 
 def engine_args(ctx: Ctx, pool: PoolSpec, pl: Placement, st: Settings, ports: dict[str, list[int]],
@@ -213,10 +212,8 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
 def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
     """sglang-router: PD (``--pd-disaggregation --prefill URL BOOTSTRAP --decode URL``)
     or ``--worker-urls``. Policy: RouterSpec.policy (round_robin unless set)."""
-    from glmops.engines.vllm import router_host
-
     dep = ctx.dep
-    host = router_host(ctx, workers)
+    host = base.router_host(ctx, workers)
     port = ctx.front_port
     heads = [w for w in workers if w.node_rank == 0]
     policy = dep.router.policy or "round_robin"
@@ -247,3 +244,27 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
         start_order=base.ORDER_FRONT, depends_on=[w.name for w in heads], runtime="venv",
     )]
 
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def _flag_sets(dep: Deployment, _cat: Any) -> tuple[list, dict[str, str], str]:
+    """sglang.launch_server's option list, the flags this module sets, the version in use."""
+    return [(F.load("sglang-serve"), None)], WORKER_OWNED, dep.engine_version
+
+
+def transport(args: dict, _config: dict) -> str:
+    """KV transfer backend of a disaggregated pool (``disaggregation-transfer-backend``, mooncake by default)."""
+    return str(args.get("disaggregation-transfer-backend") or "mooncake").lower()
+
+
+SPEC = EngineSpec(
+    name=ENGINE, module=sys.modules[__name__], order=30,
+    front_doors=(FrontDoor("sglang-router", router, ("sglang-router",), ROUTER_OWNED, order=30,
+                           policy_key="sglang_router"),),
+    agg_front="sglang-router", disagg_front="sglang-router",
+    flag_sets=_flag_sets, transport=transport,
+    work_counters=("sglang:num_requests_total", "sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
+    spec_gauges=("sglang:spec_accept_length",),
+)

@@ -12,11 +12,16 @@ keep the engine-neutral names and the table shows both.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from glmops.engines import base
+from glmops import catalog as catalog_mod
+from glmops.catalog import flags as F
+from glmops.engines import base, vllm_router
 from glmops.engines.base import CATALOG, Ctx, Placement, Settings
-from glmops.model import ConfigFile, PoolSpec, Service
+from glmops.engines.problems import argv_value, as_int, dig, int_range, pool_args, pool_config, pool_env, problem, src
+from glmops.engines.registry import EngineSpec, FrontDoor, RuleFacts
+from glmops.model import ConfigFile, Deployment, Plan, PoolSpec, Problem, Service
 
 ENGINE = "trtllm"
 TRT_ROLE = {"prefill": "context", "decode": "generation", "agg": "agg"}
@@ -182,10 +187,8 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
     aggregated router of its own)."""
     dep = ctx.dep
     if dep.topology != "disagg":
-        from glmops.engines import vllm
-        return [vllm.router_service(ctx, workers)]
-    from glmops.engines.vllm import router_host
-    host = router_host(ctx, workers)
+        return [vllm_router.router_service(ctx, workers)]
+    host = base.router_host(ctx, workers)
     port = ctx.front_port
     path = f"{config_dir(ctx)}/disagg_config.yaml"
     argv = base.command(dep, ENGINE) + ["disaggregated", "-c", path]
@@ -199,3 +202,209 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
         start_order=base.ORDER_FRONT, depends_on=[w.name for w in workers],
         runtime=dep.runtime, image=base.image_for(dep, ENGINE),
     )]
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _flag_sets(dep: Deployment, _cat: Any) -> tuple[list, dict[str, str], str]:
+    """trtllm-serve's option list, the flags this module sets, the version in use."""
+    return [(F.load("trtllm-serve"), None)], WORKER_OWNED, dep.engine_version
+
+
+def _transport(args: dict, config: dict) -> str:
+    """KV transfer backend of a disaggregated pool (``cache_transceiver_config.backend``), lower case."""
+    found, be = dig(config, "cache_transceiver_config.backend")
+    return str(be if found and be else "NIXL").lower()
+
+
+def mtp_draft_range() -> tuple[int, int]:
+    """(min, max) MTP ``max_draft_len``: catalog ``engines.trtllm.speculative.mtp_max_draft_len`` (seed 000)."""
+    return int_range((CATALOG.engine(ENGINE).get("speculative") or {}).get("mtp_max_draft_len"), (1, 5))
+
+
+def _draft_len(spec: dict | None) -> tuple[bool, Any]:
+    if not spec:
+        return False, None
+    for key in ("num_speculative_tokens", "max_draft_len"):
+        if key in spec:
+            return True, spec[key]
+    cfg = spec.get("engine_config.speculative_config")
+    if isinstance(cfg, dict) and "max_draft_len" in cfg:
+        return True, cfg["max_draft_len"]
+    return False, None
+
+
+def _bad_draft_len(n: Any, lo: int, hi: int) -> bool:
+    return isinstance(n, bool) or not isinstance(n, int) or not lo <= n <= hi
+
+
+def _speculative_pool(dep: Deployment, model: dict, spec: dict, where: str, method: str, out: list[Problem]) -> None:
+    """MTP only; ``max_draft_len`` (``num_speculative_tokens``) within the catalog's range."""
+    lo, hi = mtp_draft_range()
+    found, n = _draft_len(spec)
+    if method != "mtp":
+        problem(out, "SPECULATIVE", where,
+                f"speculative method {spec.get('method')!r} on TensorRT-LLM is not accepted for {model.get('name')}; accepted: mtp")
+    if not found:
+        problem(out, "MTP_DRAFT_LEN", where,
+                f"speculative num_speculative_tokens is missing; accepted: {lo}..{hi} (TensorRT-LLM max_draft_len)")
+    elif _bad_draft_len(n, lo, hi):
+        problem(out, "MTP_DRAFT_LEN", where,
+                f"MTP max_draft_len (num_speculative_tokens) {n!r} is not accepted on TensorRT-LLM; accepted: {lo}..{hi}",
+                f"seed 000: max_draft_len {lo} to {hi}; the example uses 3")
+
+
+def _speculative_config(dep: Deployment, out: list[Problem]) -> None:
+    """``engine_config.speculative_config.max_draft_len`` within the catalog's range."""
+    lo, hi = mtp_draft_range()
+    for pool in dep.pools:
+        found, cfg = dig(pool_config(dep, pool), "speculative_config")
+        if found and isinstance(cfg, dict) and "max_draft_len" in cfg:
+            n = cfg["max_draft_len"]
+            if _bad_draft_len(n, lo, hi):
+                problem(out, "MTP_DRAFT_LEN",
+                        src(dep, f"pools.{pool.role}.engine_config.speculative_config", "engine_config.speculative_config"),
+                        f"speculative_config.max_draft_len {n!r} is not accepted; accepted: {lo}..{hi} (seed 000)")
+
+
+def _check_config(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None:
+    """Seed 000's engine_config rules: block reuse needs a Mamba snapshot interval, the CUDA
+    graph batch equals max_batch_size, context workers run without overlap scheduler and CUDA graphs."""
+    model, engine = facts.model or {}, facts.engine or {}
+    snap = engine.get("mamba_snapshot") or {}
+    for pool in dep.pools:
+        cfg = pool_config(dep, pool)
+        cpath = src(dep, f"pools.{pool.role}.engine_config", "engine_config", "glmops_engine_config")
+        # block reuse needs a periodic Mamba snapshot interval (seed 000)
+        if model.get("block_reuse_needs_mamba_snapshot"):
+            found, reuse = dig(cfg, snap.get("reuse_key", "kv_cache_config.enable_block_reuse"))
+            has_new, interval = dig(cfg, snap.get("interval_key", "kv_cache_config.mamba_state_config.periodic_snapshot_interval"))
+            has_old, old = dig(cfg, snap.get("deprecated_interval_key", "kv_cache_config.mamba_state_cache_interval"))
+            if found and reuse is True and not ((has_new and interval) or (has_old and old)):
+                problem(out, "BLOCK_REUSE_SNAPSHOT", cpath,
+                        f"pool {pool.role} kv_cache_config.enable_block_reuse is true without "
+                        f"kv_cache_config.mamba_state_config.periodic_snapshot_interval; accepted: an interval > 0 "
+                        f"(e.g. {snap.get('example_interval', 256)}) or enable_block_reuse false",
+                        "seed 000: without the snapshot policy reuse is disabled")
+        _check_cuda_graph(dep, pool, cfg, cpath, out)
+        # context workers: disable_overlap_scheduler true, cuda_graph_config null (seed 000)
+        if dep.topology == "disagg" and pool.role == "prefill":
+            want = engine.get("context_worker") or {"disable_overlap_scheduler": True, "cuda_graph_config": None}
+            for key, value in want.items():
+                has, got = dig(cfg, key)
+                if has and got != value:
+                    problem(out, "CONTEXT_WORKER_CONFIG", src(dep, f"pools.prefill.engine_config.{key}", cpath),
+                            f"context worker {key} is {got!r}; accepted: {value!r}",
+                            "seed 000: set disable_overlap_scheduler: true and cuda_graph_config: null on the context worker")
+
+
+def _check_cuda_graph(dep: Deployment, pool: PoolSpec, cfg: dict, cpath: str, out: list[Problem]) -> None:
+    """cuda_graph_config.max_batch_size == max_batch_size == max(batch_sizes) (seed 000)."""
+    found, cg = dig(cfg, "cuda_graph_config")
+    mbs = pool_args(dep, pool).get("max-batch-size", dep.max_batch_size)
+    if "max_batch_size" in cfg:
+        mbs = cfg["max_batch_size"]
+    if found and isinstance(cg, dict) and "max_batch_size" in cg and mbs is not None and cg["max_batch_size"] != mbs:
+        problem(out, "CUDA_GRAPH_BATCH", cpath,
+                f"pool {pool.role} cuda_graph_config.max_batch_size {cg['max_batch_size']!r} differs from max_batch_size "
+                f"{mbs!r}; accepted: {mbs!r}", "seed 000: set it to match --max_batch_size")
+    if found and isinstance(cg, dict) and cg.get("batch_sizes") and "max_batch_size" in cg:
+        if cg["max_batch_size"] != max(cg["batch_sizes"]):
+            problem(out, "CUDA_GRAPH_BATCH", cpath,
+                    f"pool {pool.role} cuda_graph_config.max_batch_size {cg['max_batch_size']!r} is not "
+                    f"max(batch_sizes) {max(cg['batch_sizes'])}; accepted: {max(cg['batch_sizes'])}")
+
+
+def _check_transport_env(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None:
+    """F04, for any TensorRT-LLM deployment (the variables conflict in one environment):
+    only the catalog's ``transport_env.backend_var`` with one of its ``backend_values``."""
+    tenv = ((facts.backend or {}).get("transport_env") or {})
+    var = tenv.get("backend_var", "TRTLLM_NIXL_KVCACHE_BACKEND")
+    for pool in dep.pools:
+        env = pool_env(dep, pool)
+        for other in tenv.get("conflicting_vars") or ["NIXL_BACKEND"]:
+            if other in env and var in env:
+                problem(out, "F04_TRANSPORT_ENV",
+                        src(dep, f"pools.{pool.role}.env.{other}", f"env.{other}", f"pools.{pool.role}.env.{var}", f"env.{var}"),
+                        f"pool {pool.role} env sets both {other}={env[other]!r} and {var}={env[var]!r}; accepted: only "
+                        f"{var} ({', '.join(tenv.get('backend_values') or ['UCX', 'LIBFABRIC'])})",
+                        f"TensorRT-LLM reads {var}; drop {other}")
+        if var in env and env[var] not in (tenv.get("backend_values") or ["UCX", "LIBFABRIC"]):
+            problem(out, "F04_TRANSPORT_ENV", src(dep, f"pools.{pool.role}.env.{var}", f"env.{var}"),
+                    f"{var} {env[var]!r} is not accepted; accepted: {', '.join(tenv.get('backend_values') or [])}")
+
+
+def check_files(plan: Plan, dep: Deployment | None) -> list[Problem]:
+    """The LLM-API YAML files as rendered: CUDA graph batch, context worker settings, block
+    reuse without a Mamba snapshot interval (seed 000)."""
+    out: list[Problem] = []
+    for svc in plan.services:
+        if svc.role not in ("agg", "prefill", "decode"):
+            continue
+        for f in svc.files:
+            if f.format != "yaml" or not isinstance(f.content, dict) or "hostname" in f.content:
+                continue
+            cfg = f.content
+            cg = cfg.get("cuda_graph_config")
+            mbs = cfg.get("max_batch_size") or argv_value(svc.argv, "--max_batch_size")
+            if isinstance(cg, dict) and cg.get("max_batch_size") is not None and mbs is not None \
+                    and as_int(cg["max_batch_size"]) is not None and as_int(mbs) is not None \
+                    and as_int(cg["max_batch_size"]) != as_int(mbs):
+                problem(out, "CUDA_GRAPH_BATCH", f"{svc.name}: {f.path}",
+                        f"cuda_graph_config.max_batch_size {cg['max_batch_size']} differs from --max_batch_size {mbs}; accepted: {mbs}")
+            if svc.role == "prefill" and plan.topology == "disagg":
+                if cfg.get("disable_overlap_scheduler") is not True or cfg.get("cuda_graph_config", "missing") is not None:
+                    problem(out, "CONTEXT_WORKER_CONFIG", f"{svc.name}: {f.path}",
+                            f"context worker has disable_overlap_scheduler {cfg.get('disable_overlap_scheduler')!r} and "
+                            f"cuda_graph_config {cfg.get('cuda_graph_config', '(unset)')!r}; accepted: true and null (seed 000)")
+            kv = cfg.get("kv_cache_config") or {}
+            if kv.get("enable_block_reuse") is True and not ((kv.get("mamba_state_config") or {}).get("periodic_snapshot_interval")
+                                                             or kv.get("mamba_state_cache_interval")):
+                if dep is None or (catalog_mod.load().models.get(dep.model) or {}).get("block_reuse_needs_mamba_snapshot"):
+                    problem(out, "BLOCK_REUSE_SNAPSHOT", f"{svc.name}: {f.path}",
+                            "kv_cache_config.enable_block_reuse true without mamba_state_config.periodic_snapshot_interval; "
+                            "accepted: an interval > 0 (e.g. 256)")
+    return out
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def bench_client_argv(python: str, model: str, host: str, port: int, tokenizer: str, cfg: Any,
+                      concurrency: int, result_dir: str, result_file: str) -> list[str]:
+    """``benchmark_serving`` argv for one point (seed 000 bench.sh, with ``--save-result
+    --result-dir --result-filename``); ``cfg`` is a ``glmops.bench.SweepConfig``."""
+    argv = [python, "-m", "tensorrt_llm.serve.scripts.benchmark_serving", "--model", model,
+            "--tokenizer", tokenizer, "--host", host, "--port", str(port),
+            "--backend", "openai", "--dataset-name", "random",
+            "--random-input-len", str(cfg.isl), "--random-output-len", str(cfg.osl),
+            "--random-prefix-len", "0", "--random-ids",
+            "--num-prompts", str(cfg.num_prompts(concurrency)), "--max-concurrency", str(concurrency)]
+    if cfg.ignore_eos:
+        argv.append("--ignore-eos")
+    return argv + ["--tokenize-on-client", "--seed", str(cfg.seed),
+                   "--percentile-metrics", "ttft,tpot,itl,e2el",
+                   "--save-result", "--result-dir", result_dir, "--result-filename", result_file]
+
+
+SPEC = EngineSpec(
+    name=ENGINE, module=sys.modules[__name__], order=10,
+    front_doors=(FrontDoor("trtllm-disaggregated", router,
+                           ("trtllm-disagg", "trtllm-llm-api"),  # other top-level keys: LLM-API args
+                           ROUTER_OWNED, order=20, args_noun="disagg config key"),),
+    agg_front="vllm-router", disagg_front="trtllm-disaggregated",
+    flag_sets=_flag_sets, config_flags=("trtllm-llm-api",), config_owned=CONFIG_OWNED,
+    rules={"engine": _check_config, "transport": _check_transport_env},
+    transport=_transport,
+    speculative_own_keys=frozenset({"max_draft_len", "num_speculative_tokens"}),
+    speculative_pool_rule=_speculative_pool, speculative_config_rule=_speculative_config,
+    plan_rules=check_files,
+    metrics_paths=("/prometheus/metrics", "/metrics"),
+    work_counters=("trtllm_request_success_total", "trtllm_prompt_tokens_total", "trtllm_generation_tokens_total"),
+    spec_gauges=("trtllm_spec_decode_acceptance_length",),
+    models_from_workers=lambda topology: topology == "disagg",
+    models_note="the trtllm-serve disaggregated front door has no /v1/models",
+    bench_client=bench_client_argv,
+    role_labels={"prefill": "prefill (context)", "decode": "decode (generation)"},
+)

@@ -10,11 +10,17 @@ DIR`` with ``VLLM_CPU_KVCACHE_SPACE``; PD with ExampleConnector + shared_storage
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from glmops.engines import base
 from glmops.engines.base import CATALOG, Ctx, Placement, Settings
-from glmops.model import PoolSpec, Service
+from glmops.catalog import flags as F
+from glmops.engines import vllm_router
+from glmops.engines.problems import dig
+from glmops.engines.registry import EngineSpec, FrontDoor
+from glmops.engines.vllm_router import ROUTER_OWNED, router_service  # noqa: F401  (old names)
+from glmops.model import Deployment, PoolSpec, Service
 
 ENGINE = "vllm"
 CPU_ENTRY = "python -m vllm.entrypoints.openai.api_server"
@@ -45,18 +51,6 @@ WORKER_OWNED = {
     "data-parallel-address": "the plan (the replica's head host)",
     "data-parallel-rpc-port": "the plan (DP RPC port on the head host)",
     "data-parallel-start-rank": "the plan (multi-node placement)",
-}
-ROUTER_OWNED = {
-    "host": "{router}.host (else the first glmops_routers / worker host)",
-    "port": "{router}.port",
-    "policy": "{router}.policy",
-    "worker-urls": "the plan (the workers' addresses and ports)",
-    "prefill": "the plan (the prefill workers)",
-    "decode": "the plan (the decode workers)",
-    "vllm-pd-disaggregation": "glmops_topology (disagg)",
-    "intra-node-data-parallel-size": "glmops (one router entry per worker)",
-    "prometheus-port": "the plan (catalog engines.vllm_router.ports.prometheus)",
-    "prometheus-host": "{router}.host's address (its metrics listen on the inventory address only)",
 }
 
 
@@ -272,52 +266,39 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
 
 # --------------------------------------------------------------------------- router
 
-
-def router_service(ctx: Ctx, workers: list[Service], *, name_role: str = "router") -> Service:
-    """vllm-router in front of ``workers``: PD mode when there are prefill/decode
-    workers (seed 002 command), else round robin over ``--worker-urls``."""
-    dep = ctx.dep
-    host = router_host(ctx, workers)
-    rport = ctx.front_port
-    rs = dep.router
-    policy = rs.policy or "round_robin"
-    heads = [w for w in workers if w.node_rank == 0 and w.port]
-    prefill = [w for w in heads if w.role == "prefill"]
-    decode = [w for w in heads if w.role == "decode"]
-    argv = base.command(dep, "vllm_router", runtime="venv") + ["--policy", policy]
-    if prefill and decode:
-        argv.append("--vllm-pd-disaggregation")
-        for w in prefill:
-            argv += ["--prefill", base.url(w.address, w.port)]
-        for w in decode:
-            argv += ["--decode", base.url(w.address, w.port)]
-    else:
-        argv += ["--worker-urls"] + [base.url(w.address, w.port) for w in heads]
-    argv += ["--host", host.address, "--port", str(rport), "--intra-node-data-parallel-size", "1"]
-    prom = (CATALOG.engine("vllm_router").get("ports") or {}).get("prometheus", 29000)
-    ports = {"http": [rport], "metrics": ctx.alloc(host.name).take(int(prom))}
-    # its Prometheus listener defaults to 127.0.0.1:29000 (option list): bind the inventory address
-    argv += ["--prometheus-host", host.address, "--prometheus-port", str(ports["metrics"][0])]
-    extra = {k: v for k, v in rs.args.items() if k not in ("backend",)}
-    argv += base.render_flags(extra)
-    env = base.front_env(dep)
-    return Service(
-        name=base.service_name(dep, name_role), host=host.name, role="router", engine="vllm_router",
-        address=host.address, port=rport, ports=ports, argv=argv, env=env,
-        health_url=base.url(host.address, rport, "/health"),
-        ready_url=base.url(host.address, rport, "/v1/completions"),
-        metrics_url=base.metrics_url("vllm_router", host.address, ports),
-        start_order=base.ORDER_FRONT, depends_on=[w.name for w in heads], runtime="venv",
-    )
-
-
-def router_host(ctx: Ctx, workers: list[Service]):
-    """RouterSpec.host, else the first worker's host."""
-    dep = ctx.dep
-    name = dep.router.host or (workers[0].host if workers else next(iter(dep.hosts)))
-    return dep.hosts[name]
+router_host = base.router_host  # the old name (glmops.engines.base.router_host)
 
 
 def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
-    """The vllm-router front door (see :func:`router_service`)."""
+    """The vllm-router front door (see :func:`glmops.engines.vllm_router.router_service`)."""
     return [router_service(ctx, workers)]
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def _flag_sets(dep: Deployment, _cat: Any) -> tuple[list, dict[str, str], str]:
+    """vllm serve's option list, the flags this module sets, the version in use."""
+    return [(F.load("vllm-serve"), None)], WORKER_OWNED, dep.engine_version
+
+
+def transport(args: dict, _config: dict) -> str:
+    """KV transfer backend of a disaggregated pool from ``kv-transfer-config.kv_connector``
+    (NixlConnector when unset), lower case: ``nixl``, ``mooncake``, ..."""
+    found, conn = dig(args, "kv-transfer-config.kv_connector")
+    conn = str(conn if found and conn else "NixlConnector")
+    return "nixl" if conn.lower().startswith("nixl") else conn.lower().replace("connector", "")
+
+
+#: the vllm-router front door, also in front of several aggregated TensorRT-LLM workers
+VLLM_ROUTER = FrontDoor("vllm-router", vllm_router.router, ("vllm-router",), vllm_router.ROUTER_OWNED,
+                        order=10, policy_key="vllm_router")
+
+SPEC = EngineSpec(
+    name=ENGINE, module=sys.modules[__name__], order=20,
+    front_doors=(VLLM_ROUTER,), agg_front="vllm-router", disagg_front="vllm-router",
+    flag_sets=_flag_sets, transport=transport, side_channel_env="VLLM_NIXL_SIDE_CHANNEL_PORT",
+    work_counters=("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"),
+    spec_counters=("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+                   "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_*_total"),
+)
