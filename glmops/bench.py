@@ -43,6 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from glmops.engines import registry
+
 AIPERF_VERSION = "0.13.0"
 #: Where ``glmops bench`` looks for aiperf on the controller (the lab wheel set installed
 #: into its own venv; see :func:`aiperf_binary`).
@@ -190,21 +192,14 @@ def aiperf_argv(binary: str, url: str, model: str, tokenizer: str, cfg: SweepCon
 def engine_client_argv(engine: str, python: str, model: str, host: str, port: int, tokenizer: str,
                        cfg: SweepConfig, concurrency: int, result_dir: str, result_file: str) -> list[str]:
     """The engine's own benchmark client for one point. TensorRT-LLM only (seed 000 bench.sh,
-    with ``--save-result --result-dir --result-filename``). Raises BenchError for others."""
-    if engine != "trtllm":
-        raise BenchError(f"client 'engine' for engine {engine!r}: only trtllm ships a client glmops drives "
+    with ``--save-result --result-dir --result-filename``): the engine's
+    ``EngineSpec.bench_client``. Raises BenchError for an engine without one."""
+    spec = registry.find(engine)
+    if spec is None or spec.bench_client is None:
+        have = " and ".join(s.name for s in registry.specs() if s.bench_client is not None)
+        raise BenchError(f"client 'engine' for engine {engine!r}: only {have} ships a client glmops drives "
                          "(seed 000 benchmark_serving); accepted: --client aiperf")
-    argv = [python, "-m", "tensorrt_llm.serve.scripts.benchmark_serving", "--model", model,
-            "--tokenizer", tokenizer, "--host", host, "--port", str(port),
-            "--backend", "openai", "--dataset-name", "random",
-            "--random-input-len", str(cfg.isl), "--random-output-len", str(cfg.osl),
-            "--random-prefix-len", "0", "--random-ids",
-            "--num-prompts", str(cfg.num_prompts(concurrency)), "--max-concurrency", str(concurrency)]
-    if cfg.ignore_eos:
-        argv.append("--ignore-eos")
-    return argv + ["--tokenize-on-client", "--seed", str(cfg.seed),
-                   "--percentile-metrics", "ttft,tpot,itl,e2el",
-                   "--save-result", "--result-dir", result_dir, "--result-filename", result_file]
+    return spec.bench_client(python, model, host, port, tokenizer, cfg, concurrency, result_dir, result_file)
 
 
 # ------------------------------------------------------------------------------ normalise

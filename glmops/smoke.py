@@ -37,6 +37,9 @@ import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
+
+from glmops.engines import registry
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 CHECKS = ("models", "completion", "reasoning", "tool_call", "structured", "stream", "image",
@@ -60,13 +63,10 @@ LIMITED_MODELS: dict[str, dict[str, str]] = {
     },
 }
 
-# Prometheus counters that grow when a worker serves (part of) a request, per engine family.
-WORK_COUNTERS = (
-    "vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-    "sglang:num_requests_total", "sglang:prompt_tokens_total", "sglang:generation_tokens_total",
-    "trtllm_request_success_total", "trtllm_prompt_tokens_total", "trtllm_generation_tokens_total",
-    "dynamo_component_requests_total",
-)
+# Prometheus counters that grow when a worker serves (part of) a request, per engine family
+# (each engine's EngineSpec.work_counters; glmops.engines.registry.work_counters() also lists
+# engines registered later).
+WORK_COUNTERS = registry.work_counters()
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather",
@@ -160,10 +160,8 @@ def metrics_paths(engine: str) -> list[str]:
     """Metrics paths of a worker, in the order tried (reference/trtllm-serve.md: TRT-LLM's
     Prometheus text is ``/prometheus/metrics`` with ``return_perf_metrics: true``; ``/metrics``
     is a JSON list of iteration stats. vLLM, SGLang (``--enable-metrics``) and Dynamo's
-    system server: ``/metrics``)."""
-    if engine == "trtllm":
-        return ["/prometheus/metrics", "/metrics"]
-    return ["/metrics"]
+    system server: ``/metrics``). Declared per engine: ``EngineSpec.metrics_paths``."""
+    return registry.metrics_paths(engine)
 
 
 def endpoint_problem(option: str, url: str | None) -> str | None:
@@ -172,7 +170,6 @@ def endpoint_problem(option: str, url: str | None) -> str | None:
     ``bench`` before any request is sent."""
     if url is None:
         return None
-    from urllib.parse import urlsplit
 
     try:
         parts = urlsplit(url)
@@ -419,7 +416,7 @@ def work_done(before: MetricsRead, after: MetricsRead) -> dict[str, float]:
     if after.iterations:
         return {"iterations": float(len(after.iterations))}
     grew = {}
-    for name in WORK_COUNTERS:
+    for name in registry.work_counters():
         if name in after.prom:
             d = after.prom[name] - before.prom.get(name, 0.0)
             if d > 0:
@@ -429,7 +426,7 @@ def work_done(before: MetricsRead, after: MetricsRead) -> dict[str, float]:
 
 def has_work_counters(read: MetricsRead) -> bool:
     """True when a read can show work: iteration stats, or one of :data:`WORK_COUNTERS`."""
-    return bool(read.iterations) or any(name in read.prom for name in WORK_COUNTERS)
+    return bool(read.iterations) or any(name in read.prom for name in registry.work_counters())
 
 
 def acceptance(reads: list[MetricsRead]) -> dict[str, Any] | None:
@@ -443,17 +440,21 @@ def acceptance(reads: list[MetricsRead]) -> dict[str, Any] | None:
     ``numDraftTokens``/``numAcceptedTokens`` for the rate) or a ``*spec_decode_acceptance_length``
     gauge. An engine-reported length wins over one computed from counters.
     """
+    # each engine's EngineSpec.spec_counters (drafts, draft tokens, accepted tokens, label) and spec_gauges
+    counters = [s.spec_counters for s in registry.specs() if s.spec_counters]
+    gauges = [g for s in registry.specs() for g in s.spec_gauges]
     drafts = drafted = accepted = 0.0
     lengths: list[float] = []
     names: set[str] = set()
     for r in reads:
         p = r.prom
-        if "vllm:spec_decode_num_draft_tokens_total" in p:
-            drafted += p["vllm:spec_decode_num_draft_tokens_total"]
-            accepted += p.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
-            drafts += p.get("vllm:spec_decode_num_drafts_total", 0.0)
-            names.add("vllm:spec_decode_num_*_total")
-        for key in ("sglang:spec_accept_length", "trtllm_spec_decode_acceptance_length"):
+        for n_drafts, n_draft_tokens, n_accepted, label in counters:
+            if n_draft_tokens in p:
+                drafted += p[n_draft_tokens]
+                accepted += p.get(n_accepted, 0.0)
+                drafts += p.get(n_drafts, 0.0)
+                names.add(label)
+        for key in gauges:
             if key in p:
                 lengths.append(p[key])
                 names.add(key)
@@ -530,9 +531,10 @@ class Smoke:
 
     # -- checks: each returns (reason, detail) or raises CheckFailed/CheckSkipped
     def check_models(self):
-        if self.t.engine == "trtllm" and self.t.topology == "disagg":
-            # the trtllm-serve disaggregated orchestrator routes no /v1/models
-            # (reference/trtllm-serve.md, routes of the disaggregated server): ask each worker
+        spec = registry.find(self.t.engine)
+        if spec is not None and spec.models_from_workers(self.t.topology):
+            # a front door that routes no /v1/models (the trtllm-serve disaggregated
+            # orchestrator, reference/trtllm-serve.md): ask each worker
             listed = {}
             for w in self.t.workers:
                 resp = Client(w.base_url, timeout=self.c.timeout).get("/v1/models")
@@ -540,8 +542,7 @@ class Smoke:
             wrong = {n: ids for n, ids in listed.items() if self.t.model not in ids}
             if not listed or wrong:
                 raise CheckFailed(f"workers' /v1/models do not list {self.t.model!r}: {wrong or 'no workers'}")
-            return (f"every worker lists {self.t.model!r} (the trtllm-serve disaggregated front door has "
-                    "no /v1/models)"), {"workers": listed}
+            return f"every worker lists {self.t.model!r} ({spec.models_note})", {"workers": listed}
         resp = self.c.get("/v1/models")
         ids = [m.get("id") for m in (resp.get("data") or []) if isinstance(m, dict)] if isinstance(resp, dict) else []
         if self.t.model not in ids:

@@ -281,7 +281,7 @@ def _instances(svc: dict) -> dict[str, Any]:
     import urllib.error
     import urllib.request
 
-    from glmops.engines import dynamo
+    from glmops.engines import registry
 
     try:
         with urllib.request.urlopen(svc["health_url"], timeout=5) as resp:
@@ -293,7 +293,7 @@ def _instances(svc: dict) -> dict[str, Any]:
             doc = None
     except (OSError, ValueError):
         doc = None
-    return {"have": len(dynamo.registered(doc)) if isinstance(doc, dict) else None, "want": int(svc["instances"])}
+    return {"have": len(registry.instances_in(doc)) if isinstance(doc, dict) else None, "want": int(svc["instances"])}
 
 
 def _select(plan: dict, service: str | None) -> list[dict]:

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from glmops import catalog
 from glmops.model import Deployment, HostSpec, PoolSpec
+from glmops.runtime import derived_image, engine_pins
 
 
 # Start order (lower first), see glmops.model.Service.
@@ -49,8 +51,6 @@ PORT_BASES = {
 
 def _catalog_file(name: str) -> dict[str, Any]:
     """The parsed ``glmops/catalog/<name>.yaml``, from the one catalog loader (cached there)."""
-    from glmops import catalog
-
     return catalog.load().data.get(name) or {}
 
 
@@ -344,8 +344,6 @@ def image_for(dep: Deployment, engine_key: str) -> str:
     engine has pins (glmops.runtime.engine_pins: seed 000's fla-core/einops, the multimodal
     transformers pin, glmops_pip_extra), the derived image roles/engine_runtime builds from it,
     tagged by content (glmops.runtime.derived_image). Empty for venv runtime."""
-    from glmops.runtime import derived_image, engine_pins
-
     image = seed_image(dep, engine_key)
     if not image:
         return ""
