@@ -35,6 +35,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -135,8 +136,6 @@ def parse_concurrency(text: str) -> list[int]:
 def aiperf_binary(explicit: str | None = None) -> str:
     """The aiperf executable: ``explicit``, else the controller's aiperf venv, else
     ``aiperf`` on PATH. Raises BenchError naming where it looked."""
-    import shutil
-
     if explicit:
         if not (os.path.exists(explicit) or shutil.which(explicit)):
             raise BenchError(f"--aiperf {explicit!r}: not found")

@@ -410,6 +410,8 @@ def _bad_sizes(pool: PoolSpec) -> list[str]:
 
 
 def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
+    """The topology's pools, the hosts' GPU indices, each pool's sizes and GPUs, and the
+    pools' total GPU demand on shared hosts."""
     roles = [p.role for p in dep.pools]
     want = ["agg"] if dep.topology == "agg" else ["prefill", "decode"]
     if sorted(roles) != sorted(want):
@@ -419,7 +421,14 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
                  f"define glmops_topologies.{dep.topology}.pools, or use a hardware/engine with a catalog layout")
     gpn = int(hw.get("gpus_per_node") or 0)
     cpu = gpn == 0
-    # host GPU indices
+    _check_host_gpus(dep, hw, gpn, cpu, out)
+    for pool in dep.pools:
+        _check_pool(dep, hw, pool, gpn, cpu, out)
+    _check_pool_demand(dep, cpu, out)
+
+
+def _check_host_gpus(dep: Deployment, hw: dict, gpn: int, cpu: bool, out: list[Problem]) -> None:
+    """Each host's ``glmops_gpus``: distinct indices below the hardware's GPUs per node."""
     for name, host in dep.hosts.items():
         if cpu:
             continue
@@ -434,74 +443,81 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
             _problem(out, "GPU_INDEX", _src(dep, f"hosts.{name}.gpus", f"hosts.{name}"),
                      f"host {name} glmops_gpus {host.gpus} has " + (f"indices {bad} outside " if bad else f"duplicates {dup} of ")
                      + f"{hw.get('name')}'s GPUs; accepted: distinct indices 0..{gpn - 1}")
-    for pool in dep.pools:
-        ppath = _src(dep, f"pools.{pool.role}")
-        bad_keys = _bad_sizes(pool)
-        for key in bad_keys:
-            _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.{key}", f"pools.{pool.role}"),
-                     f"pool {pool.role} {key} {getattr(pool, key)!r} is not accepted; accepted: an integer 1..{MAX_PARALLEL}")
-        if bad_keys:
-            continue
-        world = pool.world_size
-        if pool.ep > world or world % pool.ep:
-            _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.ep", ppath),
-                     f"pool {pool.role} ep {pool.ep} does not divide tp x pp x dp = {world}; accepted: a divisor of {world}",
-                     "expert parallelism reuses the replica's GPUs")
-        if pool.port is not None and not 1 <= pool.port <= 65535:
-            _problem(out, "PORT", _src(dep, f"pools.{pool.role}.port", ppath),
-                     f"pool {pool.role} port {pool.port} is not accepted; accepted: 1..65535")
-        if cpu:
-            continue
-        hosts = _pool_hosts(dep, pool)
-        if pool.gpus:
-            bad = [g for g in pool.gpus if g < 0 or g >= gpn]
-            dup = sorted({g for g in pool.gpus if pool.gpus.count(g) > 1})
-            if bad or dup:
+
+
+def _check_pool(dep: Deployment, hw: dict, pool: PoolSpec, gpn: int, cpu: bool, out: list[Problem]) -> None:
+    """One pool: sizes, EP dividing the world size, port, its ``gpus`` against the hosts', and
+    enough GPUs per host and in total for its replicas (``gpn``: GPUs per node, 0 on CPU)."""
+    ppath = _src(dep, f"pools.{pool.role}")
+    bad_keys = _bad_sizes(pool)
+    for key in bad_keys:
+        _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.{key}", f"pools.{pool.role}"),
+                 f"pool {pool.role} {key} {getattr(pool, key)!r} is not accepted; accepted: an integer 1..{MAX_PARALLEL}")
+    if bad_keys:
+        return
+    world = pool.world_size
+    if pool.ep > world or world % pool.ep:
+        _problem(out, "PARALLELISM", _src(dep, f"pools.{pool.role}.ep", ppath),
+                 f"pool {pool.role} ep {pool.ep} does not divide tp x pp x dp = {world}; accepted: a divisor of {world}",
+                 "expert parallelism reuses the replica's GPUs")
+    if pool.port is not None and not 1 <= pool.port <= 65535:
+        _problem(out, "PORT", _src(dep, f"pools.{pool.role}.port", ppath),
+                 f"pool {pool.role} port {pool.port} is not accepted; accepted: 1..65535")
+    if cpu:
+        return
+    hosts = _pool_hosts(dep, pool)
+    if pool.gpus:
+        bad = [g for g in pool.gpus if g < 0 or g >= gpn]
+        dup = sorted({g for g in pool.gpus if pool.gpus.count(g) > 1})
+        if bad or dup:
+            _problem(out, "GPU_INDEX", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                     f"pool {pool.role} gpus {pool.gpus}: " + (f"indices {bad} outside" if bad else f"duplicates {dup} of")
+                     + f" {hw.get('name')}'s GPUs; accepted: distinct indices 0..{gpn - 1}")
+            return
+        for h in hosts:
+            missing = [g for g in pool.gpus if g not in dep.hosts[h].gpus]
+            if missing:
                 _problem(out, "GPU_INDEX", _src(dep, f"pools.{pool.role}.gpus", ppath),
-                         f"pool {pool.role} gpus {pool.gpus}: " + (f"indices {bad} outside" if bad else f"duplicates {dup} of")
-                         + f" {hw.get('name')}'s GPUs; accepted: distinct indices 0..{gpn - 1}")
-                continue
-            for h in hosts:
-                missing = [g for g in pool.gpus if g not in dep.hosts[h].gpus]
-                if missing:
-                    _problem(out, "GPU_INDEX", _src(dep, f"pools.{pool.role}.gpus", ppath),
-                             f"pool {pool.role} gpus {pool.gpus} include {missing}, not in host {h}'s glmops_gpus "
-                             f"{dep.hosts[h].gpus}; accepted: a subset of {dep.hosts[h].gpus}")
-            per_host = len(pool.gpus)
-            if world <= per_host and per_host % world:
-                _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.gpus", ppath),
-                         f"pool {pool.role} gpus {pool.gpus} ({per_host} GPUs) is not a multiple of "
-                         f"tp {pool.tp} x pp {pool.pp} x dp {pool.dp} = {world}; accepted: {world} x k GPUs per host",
-                         "match the pool's gpus to its parallelism")
-                continue
-            if world > per_host and world % per_host:
-                _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.gpus", ppath),
-                         f"pool {pool.role} needs {world} GPUs per replica (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}) "
-                         f"but gpus {pool.gpus} gives {per_host} per host and {world} is not a multiple of it; "
-                         f"accepted: a replica of whole hosts ({per_host} x n GPUs)")
-                continue
-        per_host_counts = {h: len([g for g in dep.hosts[h].gpus if not pool.gpus or g in pool.gpus]) for h in hosts}
-        if not hosts:
-            _problem(out, "GPU_COUNT", ppath, f"pool {pool.role} has no hosts; accepted: inventory hosts or groups")
-            continue
-        max_per_host = max(per_host_counts.values())
-        if max_per_host == 0 and not cpu and all(not dep.hosts[h].gpus for h in hosts):
-            continue  # every host lists no GPU: GPU_INDEX above says so
-        if world > max_per_host and (max_per_host == 0 or world % max_per_host):
-            _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.tp", ppath),
-                     f"pool {pool.role} needs {world} GPUs per replica (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}); "
-                     f"hosts have {max_per_host} usable GPUs each; accepted: <= {max_per_host}, or a multiple of it "
-                     f"spanning whole hosts", "change tp/pp/dp or the hosts' glmops_gpus")
-            continue
-        total = sum(per_host_counts.values())
-        need = world * pool.replicas
-        if need > total:
-            _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.replicas", f"pools.{pool.role}.tp", ppath),
-                     f"pool {pool.role} needs {pool.replicas} x {world} = {need} GPUs (replicas {pool.replicas} x tp {pool.tp} "
-                     f"x pp {pool.pp} x dp {pool.dp}) but its hosts {_few(hosts)} have {total}"
-                     + (f" within the pool's gpus {pool.gpus}" if pool.gpus else "") + f"; accepted: <= {total}",
-                     "add hosts, lower replicas or parallelism")
-    # total demand of all pools on shared hosts (pools pinned to disjoint gpus are fine)
+                         f"pool {pool.role} gpus {pool.gpus} include {missing}, not in host {h}'s glmops_gpus "
+                         f"{dep.hosts[h].gpus}; accepted: a subset of {dep.hosts[h].gpus}")
+        per_host = len(pool.gpus)
+        if world <= per_host and per_host % world:
+            _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                     f"pool {pool.role} gpus {pool.gpus} ({per_host} GPUs) is not a multiple of "
+                     f"tp {pool.tp} x pp {pool.pp} x dp {pool.dp} = {world}; accepted: {world} x k GPUs per host",
+                     "match the pool's gpus to its parallelism")
+            return
+        if world > per_host and world % per_host:
+            _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                     f"pool {pool.role} needs {world} GPUs per replica (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}) "
+                     f"but gpus {pool.gpus} gives {per_host} per host and {world} is not a multiple of it; "
+                     f"accepted: a replica of whole hosts ({per_host} x n GPUs)")
+            return
+    per_host_counts = {h: len([g for g in dep.hosts[h].gpus if not pool.gpus or g in pool.gpus]) for h in hosts}
+    if not hosts:
+        _problem(out, "GPU_COUNT", ppath, f"pool {pool.role} has no hosts; accepted: inventory hosts or groups")
+        return
+    max_per_host = max(per_host_counts.values())
+    if max_per_host == 0 and not cpu and all(not dep.hosts[h].gpus for h in hosts):
+        return  # every host lists no GPU: GPU_INDEX above says so
+    if world > max_per_host and (max_per_host == 0 or world % max_per_host):
+        _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.tp", ppath),
+                 f"pool {pool.role} needs {world} GPUs per replica (tp {pool.tp} x pp {pool.pp} x dp {pool.dp}); "
+                 f"hosts have {max_per_host} usable GPUs each; accepted: <= {max_per_host}, or a multiple of it "
+                 f"spanning whole hosts", "change tp/pp/dp or the hosts' glmops_gpus")
+        return
+    total = sum(per_host_counts.values())
+    need = world * pool.replicas
+    if need > total:
+        _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.replicas", f"pools.{pool.role}.tp", ppath),
+                 f"pool {pool.role} needs {pool.replicas} x {world} = {need} GPUs (replicas {pool.replicas} x tp {pool.tp} "
+                 f"x pp {pool.pp} x dp {pool.dp}) but its hosts {_few(hosts)} have {total}"
+                 + (f" within the pool's gpus {pool.gpus}" if pool.gpus else "") + f"; accepted: <= {total}",
+                 "add hosts, lower replicas or parallelism")
+
+
+def _check_pool_demand(dep: Deployment, cpu: bool, out: list[Problem]) -> None:
+    """Total demand of all pools on shared hosts (pools pinned to disjoint gpus are fine)."""
     if not cpu and len(dep.pools) > 1:
         shared = set(_pool_hosts(dep, dep.pools[0]))
         for pool in dep.pools[1:]:
