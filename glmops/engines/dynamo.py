@@ -21,7 +21,9 @@ import sys
 from typing import Any
 
 from glmops.catalog import flags as F
-from glmops.engines import base, sglang, vllm
+from glmops.engines import base
+from glmops.engines import sglang_args as sglang  # the SGLang worker pieces (not the sglang engine module)
+from glmops.engines import vllm_args as vllm  # the vLLM worker pieces (not the vllm engine module)
 from glmops.engines.base import CATALOG, Ctx, Placement
 from glmops.engines.problems import problem, src
 from glmops.engines.registry import EngineSpec, FrontDoor, RuleFacts

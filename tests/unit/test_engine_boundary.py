@@ -184,3 +184,31 @@ def test_a_toy_engine_with_one_replica_has_no_front_door_and_an_unknown_one_is_r
     with pytest.raises(ValidationError) as exc:
         plan.build(_toy_dep(replicas=1))
     assert f"engine {TOY!r} unknown" in str(exc.value.problems[0])
+
+
+def _glmops_imports(path: Path) -> set[str]:
+    """Dotted glmops modules ``path`` imports (``from glmops.engines import base`` -> ``glmops.engines.base``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("glmops")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("glmops"):
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def test_engine_modules_import_neither_plan_rules_nor_each_other():
+    """The engine modules (those with a ``SPEC``) share code through base, problems, registry and
+    the non-engine modules (``vllm_args``, ``sglang_args``, ``vllm_router``), never through each other."""
+    engines_dir = ROOT / "glmops" / "engines"
+    keys = set(registry.names())
+    banned = {"glmops.plan", "glmops.rules", "glmops.smoke", "glmops.bench", "glmops.commands"}
+    for key in keys:
+        imports = _glmops_imports(engines_dir / f"{key}.py")
+        others = {f"glmops.engines.{k}" for k in keys - {key}}
+        assert imports & others == set(), key
+        assert {i for i in imports if any(i == b or i.startswith(b + ".") for b in banned)} == set(), key
+    for path in engines_dir.glob("*.py"):  # the shared modules use no engine module either
+        if path.stem not in keys:
+            assert _glmops_imports(path) & {f"glmops.engines.{k}" for k in keys} == set(), path.name
