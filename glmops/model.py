@@ -43,6 +43,9 @@ SECRET_NAME = re.compile(
     rf"|(auth|access|bearer|refresh|session)[-_]?tokens?{_SEP}"
     rf"|pass{_END}|pass(word|wd|phrase){_SEP}|secrets?{_SEP}|(?<!allow[-_])credentials?{_SEP}"
     rf"|authorization{_SEP})", re.IGNORECASE)
+#: the Hugging Face hub's credential variables: never written into a service's env (F12; serving is
+#: offline, the download reads its own 0600 file)
+HUB_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
 #: a value that is a secret whatever its name: a URL with a password (``scheme://user:pass@host``),
 #: a Hugging Face or OpenAI-style token, a PEM private key
 SECRET_VALUE = re.compile(

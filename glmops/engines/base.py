@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from glmops import catalog
-from glmops.model import Deployment, HostSpec, PoolSpec
+from glmops.model import HUB_TOKEN_VARS, Deployment, HostSpec, PoolSpec
 from glmops.runtime import derived_image, engine_pins
 
 
@@ -34,9 +34,6 @@ ORDER_FRONT = 50
 # Default port bases per purpose, used only when neither the inventory nor the
 # catalog gives one. Sources: seed 000/002 (8000 front door, workers from 8001),
 # reference/serving-clis.md (vLLM --master-port 29501, Dynamo DYN_SYSTEM_PORT).
-# Hub credentials: never written into a service's env (F12; download uses its own 0600 file).
-HUB_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
-
 PORT_BASES = {
     "http": 8001,
     "dist_init": 29501,
