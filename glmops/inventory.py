@@ -278,13 +278,21 @@ class _Vars:
         if hostvars is None:
             from ansible.vars.manager import VariableManager
 
+            from ansible import constants as C
+
             manager = VariableManager(loader=loader, inventory=inventory)
             # ansible-core caches the CLI's -e once per process: this verb's -e, parsed the same way
             manager._extra_vars = self.extra = ansible_options.extra_vars(loader)
-            self._get = lambda host: manager.get_vars(host=host, include_hostvars=False)
+            self._full = self._get = lambda host: manager.get_vars(host=host, include_hostvars=False)
+            # Only the default vars plugin and no persistent facts: a host without host_vars files
+            # differs from any other host of its groups by its inventory vars alone (see _shared)
+            if list(C.VARIABLE_PLUGINS_ENABLED or ()) in (["ansible.builtin.host_group_vars"], ["host_group_vars"]) \
+                    and C.CACHE_PLUGIN in ("memory", "ansible.builtin.memory"):
+                self._get = self._shared
         else:
             self.extra = {}
-            self._get = lambda host: hostvars[host.name]
+            self._full = self._get = lambda host: hostvars[host.name]
+        self._by_groups: dict[tuple, dict] = {}
         dirs = [s if os.path.isdir(s) else os.path.dirname(s) for s in inventory._sources if s and "," not in s]
         # hosts with a host_vars entry (file or directory, name without extension)
         self.host_var_names: set[str] = set()
@@ -293,6 +301,29 @@ class _Vars:
             if os.path.isdir(hv):
                 for entry in os.listdir(hv):
                     self.host_var_names.add(entry if os.path.isdir(os.path.join(hv, entry)) else os.path.splitext(entry)[0])
+
+    def _shared(self, host: Any) -> dict:
+        """``VariableManager.get_vars`` for ``host``, one call per distinct set of groups: the
+        group-level answer (of a probe host in the same groups, without host vars) combined with
+        the host's own inventory vars, then ``-e``, then its magic names, in get_vars' order
+        (``ansible.utils.vars.combine_vars``, so ``hash_behaviour`` holds). Hosts with a
+        ``host_vars`` entry get the full call."""
+        if host.name in self.host_var_names:
+            return self._full(host)
+        from ansible.utils.vars import combine_vars
+
+        groups = host.get_groups()
+        signature = tuple(g.name for g in groups)
+        base = self._by_groups.get(signature)
+        if base is None:
+            from ansible.inventory.host import Host
+
+            probe = Host(name="glmops-probe-host-without-vars")
+            probe.groups = list(groups)
+            base = self._by_groups[signature] = self._full(probe)
+        out = combine_vars(combine_vars(base, host.get_vars()), self.extra) if self.extra \
+            else combine_vars(base, host.get_vars())
+        return out
 
     def of(self, host: Any) -> dict:
         """``host``'s variables (a mapping, not rendered)."""
@@ -334,7 +365,7 @@ class _Vars:
         from ansible.template import Templar
 
         try:
-            return Templar(loader=self.loader, variables=self.of(host)).template(value)
+            return Templar(loader=self.loader, variables=self._full(host)).template(value)
         except AnsibleError as exc:
             r.problem("TEMPLATE", where, f"the Jinja template in {key} cannot be rendered for host {host.name}: "
                       f"{_first_line(exc)}; accepted: a template over defined variables, or plain text",
@@ -645,6 +676,10 @@ def _vault_secrets(loader: Any) -> None:
                                        "ANSIBLE_VAULT_PASSWORD_FILE")]) from None
 
 
+#: the playbooks' directory: the DataLoader's base directory (playbook-adjacent group_vars/host_vars)
+_PLAYBOOKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "playbooks")
+
+
 def _parse(inventory_path: str) -> tuple[Any, Any]:
     """Parse with Ansible; raise ValidationError when nothing usable comes out."""
     where = _display_path(inventory_path)
@@ -656,6 +691,8 @@ def _parse(inventory_path: str) -> tuple[Any, Any]:
     from ansible.parsing.dataloader import DataLoader
 
     loader = DataLoader()
+    # group_vars/ beside the playbooks, as ansible-playbook reads them, never the working directory's
+    loader.set_basedir(_PLAYBOOKS)
     _vault_secrets(loader)
     messages, restore = _capture_parse_errors(inventory_mod)
     try:
