@@ -46,13 +46,30 @@ class AnsibleOptions:
         return " ".join(shlex.quote(a) for a in self.argv())
 
 
-_CURRENT: contextvars.ContextVar[AnsibleOptions] = contextvars.ContextVar("glmops_ansible_options",
-                                                                          default=AnsibleOptions())
+_CURRENT: contextvars.ContextVar[AnsibleOptions] = contextvars.ContextVar("glmops_ansible_options")
 
 
 def current() -> AnsibleOptions:
-    """The options of the running verb (default: none given)."""
-    return _CURRENT.get()
+    """The options of the running verb. Outside :func:`using`: inside an ``ansible-playbook``
+    process (an action plugin), that command's own ``-e``/``--vault-id``/``--vault-password-file``
+    (``ansible.context.CLIARGS``); else none."""
+    explicit = _CURRENT.get(None)
+    if explicit is not None:
+        return explicit
+    cli = _ansible_cli_args()
+    if cli is None:
+        return AnsibleOptions()
+    return AnsibleOptions(extra_vars=tuple(cli.get("extra_vars") or ()), vault_ids=tuple(cli.get("vault_ids") or ()),
+                          vault_password_files=tuple(cli.get("vault_password_files") or ()))
+
+
+def _ansible_cli_args() -> Any:
+    """``ansible.context.CLIARGS`` when this process is an Ansible CLI (it is set), else None."""
+    import sys
+
+    context = sys.modules.get("ansible.context")
+    args = getattr(context, "CLIARGS", None) if context else None
+    return args if args else None
 
 
 @contextlib.contextmanager
@@ -105,6 +122,12 @@ def vault_secrets(loader: Any, options: AnsibleOptions | None = None) -> list:
     from ansible.cli import CLI
     from ansible.parsing.vault import VaultSecretsContext
 
+    explicit = options is not None or _CURRENT.get(None) is not None
+    ctx = VaultSecretsContext.current(optional=True)
+    if not explicit and ctx is not None and _ansible_cli_args() is not None:
+        # inside ansible-playbook: the secrets it loaded (a prompted one cannot be asked again)
+        loader.set_vault_secrets(ctx.secrets)
+        return list(ctx.secrets)
     options = options or current()
     files = list(options.vault_password_files)
     if not files and not options.vault_ids and not C.DEFAULT_VAULT_PASSWORD_FILE \
@@ -114,7 +137,6 @@ def vault_secrets(loader: Any, options: AnsibleOptions | None = None) -> list:
         secrets = CLI.setup_vault_secrets(loader, vault_ids=list(options.vault_ids), vault_password_files=files,
                                           ask_vault_pass=False, auto_prompt=False, initialize_context=False)
     loader.set_vault_secrets(secrets)
-    ctx = VaultSecretsContext.current(optional=True)
     if ctx is None:  # ansible-core's one process-wide context (initialize() works once)
         VaultSecretsContext.initialize(VaultSecretsContext(secrets))
     else:

@@ -57,6 +57,14 @@ ROLE_ALIASES = {"context": "prefill", "generation": "decode"}
 POOL_ROLES = ("agg", "prefill", "decode")
 WORKERS_GROUP = "glmops_workers"
 ROUTERS_GROUP = "glmops_routers"
+#: run controls glmops' own verbs pass to the playbooks as extra vars (glmops.commands, glmops.runner):
+#: not inventory variables, so never reported as unknown ones
+RUN_VARIABLES = frozenset((
+    "glmops_departed", "glmops_fast", "glmops_generation_dir", "glmops_generation_record",
+    "glmops_generation_source", "glmops_log_lines", "glmops_log_units", "glmops_overrides",
+    "glmops_plan_summary", "glmops_provision", "glmops_provision_fatal", "glmops_provision_hosts",
+    "glmops_prune", "glmops_purge_checkpoints", "glmops_record_hosts", "glmops_restart_units", "glmops_step",
+))
 # Variables whose value must be the same for every worker host.
 _DEPLOYMENT_WIDE = tuple(VARIABLES)
 
@@ -842,7 +850,8 @@ def _load_deployment(
     _vaulted({k: val for k, val in first_vars.items() if k not in ("groups", "hostvars")}, secret_values)
     raw: dict[str, Any] = {}
     for key in first_vars:
-        if isinstance(key, str) and key.startswith("glmops_") and key not in HOST_VARIABLES:
+        if isinstance(key, str) and key.startswith("glmops_") and key not in HOST_VARIABLES \
+                and key not in RUN_VARIABLES:
             r.sources[key] = vars_of.label(first, key)
             raw[key] = vars_of.resolve(first, key, first_vars[key], r.sources[key], r)
     for key, value in (overrides or {}).items():
@@ -890,7 +899,8 @@ def _load_deployment(
             # a typo in another host's vars is as wrong as one in the first worker's (once per file and name)
             reported = {p.path for p in r.problems}
             for k in hv:
-                if isinstance(k, str) and k.startswith("glmops_") and k not in VARIABLES and k not in HOST_VARIABLES:
+                if isinstance(k, str) and k.startswith("glmops_") and k not in VARIABLES and k not in HOST_VARIABLES \
+                        and k not in RUN_VARIABLES:
                     label = vars_of.label(host, k)
                     if label not in reported:
                         reported.add(label)

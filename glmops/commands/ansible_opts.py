@@ -39,8 +39,10 @@ def _password_file(tmpdir: list[str], label: str) -> str:
     return path
 
 
-def ANSIBLE_OPTS(fn):  # noqa: N802 - a decorator constant like INVENTORY/TOPOLOGY
-    """Add the shared Ansible options to a click command (see the module docstring)."""
+def ansible_options(fn, short_e: bool = True):
+    """Add the shared Ansible options to the click command function ``fn`` (see the module
+    docstring); ``short_e=False`` spells extra vars ``--extra-vars`` only (a verb whose ``-e``
+    means something else)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -57,7 +59,7 @@ def ANSIBLE_OPTS(fn):  # noqa: N802 - a decorator constant like INVENTORY/TOPOLO
                 shutil.rmtree(tmpdir[0], ignore_errors=True)
 
     for decorator in reversed((
-        click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
+        click.option(*(("-e",) if short_e else ()), "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
                      help="Extra variables, as ansible-playbook -e: key=value, JSON/YAML, or @FILE (repeatable; "
                           "they win over the inventory)."),
         click.option("--vault-id", "vault_ids", multiple=True, metavar="[LABEL@]SOURCE",
@@ -67,4 +69,13 @@ def ANSIBLE_OPTS(fn):  # noqa: N802 - a decorator constant like INVENTORY/TOPOLO
         click.option("--ask-vault-pass", "ask_vault_pass", is_flag=True, help="Ask for the Vault password."),
     )):
         wrapper = decorator(wrapper)
+    # listed after the command's own options in --help (click shows __click_params__ reversed)
+    params = wrapper.__click_params__
+    params[0:0] = [params.pop() for _ in range(4)][::-1]
     return wrapper
+
+
+#: ``@ANSIBLE_OPTS``: -e/--extra-vars, --vault-id, --vault-password-file, --ask-vault-pass
+ANSIBLE_OPTS = ansible_options
+#: the same without the ``-e`` short form (``glmops upgrade``, whose ``-e`` is ``--set``)
+ANSIBLE_OPTS_LONG = functools.partial(ansible_options, short_e=False)
