@@ -381,6 +381,18 @@ class _Vars:
             return None
 
 
+def _error_file(exc: BaseException) -> str | None:
+    """The file an Ansible error is about (the Origin tag of its ``obj``, along the cause chain)."""
+    seen = 0
+    item: BaseException | None = exc
+    while item is not None and seen < 10:
+        obj = getattr(item, "obj", None)
+        if obj is not None and _origin_path(obj):
+            return _origin_path(obj)
+        item, seen = item.__cause__ or item.__context__, seen + 1
+    return None
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "message", "") or exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -809,9 +821,11 @@ def _guarded(inventory_path: Any, topology: str | None, overrides: dict[str, Any
     except AnsibleError as exc:
         first = _first_line(exc)
         if "decrypt" in first.lower() or "vault" in first.lower():
+            where = _error_file(exc)
             raise ValidationError([Problem(
-                "VAULT", _display_path(str(inventory_path)),
-                f"cannot decrypt the inventory's variables: {first}; accepted: files encrypted with a secret given "
+                "VAULT", _display_path(where or str(inventory_path)),
+                f"cannot decrypt {'this file' if where else chr(39).join(('the inventory', 's variables'))}: "
+                f"{first}; accepted: files encrypted with a secret given "
                 "by --vault-id, --vault-password-file, --ask-vault-pass or ANSIBLE_VAULT_PASSWORD_FILE",
                 "pass the Vault password the file was encrypted with")]) from None
         raise ValidationError([Problem(
