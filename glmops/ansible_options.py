@@ -14,6 +14,7 @@ when the verb ends; the run gets that file's path.
 from __future__ import annotations
 
 import contextlib
+import os
 import contextvars
 import shlex
 from dataclasses import dataclass
@@ -142,3 +143,42 @@ def vault_secrets(loader: Any, options: AnsibleOptions | None = None) -> list:
     else:
         ctx.secrets = secrets
     return secrets
+
+
+#: glmops' own plugin and role directories (relative to the repository) and the Ansible setting
+#: and environment variable each is added to
+_OWN_PATHS = (
+    ("DEFAULT_ROLES_PATH", "ANSIBLE_ROLES_PATH", "roles"),
+    ("DEFAULT_ACTION_PLUGIN_PATH", "ANSIBLE_ACTION_PLUGINS", "glmops/ansible/action_plugins"),
+    ("DEFAULT_MODULE_PATH", "ANSIBLE_LIBRARY", "glmops/ansible/library"),
+    ("DEFAULT_MODULE_UTILS_PATH", "ANSIBLE_MODULE_UTILS", "glmops/ansible/module_utils"),
+    ("DEFAULT_LOOKUP_PLUGIN_PATH", "ANSIBLE_LOOKUP_PLUGINS", "glmops/ansible/lookup_plugins"),
+    ("DEFAULT_FILTER_PLUGIN_PATH", "ANSIBLE_FILTER_PLUGINS", "glmops/ansible/filter_plugins"),
+    ("DEFAULT_INVENTORY_PLUGIN_PATH", "ANSIBLE_INVENTORY_PLUGINS", "glmops/ansible/inventory_plugins"),
+)
+
+
+def config_env(repo: str, own_cfg: str) -> dict[str, str]:
+    """Environment for an ``ansible-playbook`` run that honours the operator's Ansible
+    configuration: ``ANSIBLE_CONFIG`` is the file Ansible itself would pick from here
+    (``ANSIBLE_CONFIG``, ``./ansible.cfg`` of the working directory, ``~/.ansible.cfg``,
+    ``/etc/ansible/ansible.cfg``), else glmops' own ``own_cfg``; and each plugin/role path
+    setting (``ANSIBLE_ROLES_PATH``, ``ANSIBLE_ACTION_PLUGINS``, ``ANSIBLE_LIBRARY``, ...) is the
+    operator's effective value (their file and environment) with glmops' directory under
+    ``repo`` appended. Returns ``{name: value}``; reads files only."""
+    from ansible.config.manager import ConfigManager, find_ini_config_file
+
+    cfg = find_ini_config_file() or own_cfg
+    manager = ConfigManager(conf_file=cfg)
+    env = {"ANSIBLE_CONFIG": cfg}
+    for setting, name, rel in _OWN_PATHS:
+        try:
+            theirs = manager.get_config_value(setting) or []
+        except Exception:  # noqa: BLE001 - an unreadable setting: Ansible reports it in the run
+            theirs = []
+        if isinstance(theirs, str):
+            theirs = theirs.split(os.pathsep)
+        ours = os.path.join(repo, rel)
+        paths = [str(p) for p in theirs if p and str(p) != ours] + [ours]
+        env[name] = os.pathsep.join(dict.fromkeys(paths))
+    return env

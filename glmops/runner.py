@@ -182,7 +182,8 @@ def run(
     env = {
         # the ansible-playbook next to this interpreter (a venv's bin is not always on PATH)
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+        # the operator's ansible.cfg (else ours), glmops' plugin/role paths appended to theirs
+        **ansible_options.config_env(str(REPO), str(ANSIBLE_CFG)),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
         "PYTHONUNBUFFERED": "1",

@@ -251,3 +251,58 @@ def test_ask_vault_pass_prompts_once_and_passes_a_0600_file(tmp_path, pw, monkey
     assert seen["mode"] == 0o600 and seen["text"].strip() == PASSWORD
     assert not os.path.exists(seen["files"][0])
     assert PASSWORD not in " ".join(seen["files"])
+
+
+def test_the_operators_ansible_cfg_is_honoured_and_glmops_paths_are_added(tmp_path, monkeypatch):
+    """The run's environment (glmops.runner) keeps the operator's ansible.cfg, found as Ansible
+    finds it (here: the working directory's), and appends glmops' plugin and role paths to
+    theirs: a callback the operator enables runs beside glmops' own action plugin."""
+    from glmops import runner
+    from glmops.ansible_options import config_env
+
+    op = tmp_path / "operator"
+    (op / "cb").mkdir(parents=True)
+    marker = tmp_path / "callback-ran"
+    (op / "cb" / "operator_cb.py").write_text(
+        "from ansible.plugins.callback import CallbackBase\n"
+        "class CallbackModule(CallbackBase):\n"
+        "    CALLBACK_VERSION = 2.0\n    CALLBACK_TYPE = 'aggregate'\n    CALLBACK_NAME = 'operator_cb'\n"
+        "    CALLBACK_NEEDS_ENABLED = True\n"
+        "    def v2_playbook_on_start(self, playbook):\n"
+        f"        open({str(marker)!r}, 'w').write('ran')\n")
+    (op / "ansible.cfg").write_text("[defaults]\ncallback_plugins = ./cb\ncallbacks_enabled = operator_cb\n"
+                                    "roles_path = /opt/operator/roles\n")
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.chdir(op)
+    env = config_env(str(runner.REPO), str(runner.ANSIBLE_CFG))
+    assert env["ANSIBLE_CONFIG"] == str(op / "ansible.cfg")
+    roles = env["ANSIBLE_ROLES_PATH"].split(os.pathsep)
+    assert roles[0] == "/opt/operator/roles" and roles[-1] == str(REPO / "roles")
+    assert env["ANSIBLE_ACTION_PLUGINS"].split(os.pathsep)[-1] == str(REPO / "glmops" / "ansible" / "action_plugins")
+
+    inv = tmp_path / "inv"
+    shutil.copytree(LAB, inv)
+    play = tmp_path / "plan_only.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "plan", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "tasks": [{"name": "Plan", "glmops_plan": {}, "register": "p"},
+                  {"name": "Show", "ansible.builtin.debug": {"msg": "topology {{ p.plan.topology }}"}}]}]))
+    clean = {k: v for k, v in _env().items() if not k.startswith("ANSIBLE_")}
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(play)], capture_output=True,
+                          text=True, timeout=180, cwd=REPO, env={**clean, **env})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "topology disagg" in proc.stdout and marker.read_text() == "ran"
+
+
+def test_without_an_operator_config_glmops_own_is_used(tmp_path, monkeypatch):
+    from glmops import runner
+    from glmops.ansible_options import config_env
+
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    if os.path.exists("/etc/ansible/ansible.cfg"):
+        pytest.skip("this machine has /etc/ansible/ansible.cfg")
+    env = config_env(str(runner.REPO), str(runner.ANSIBLE_CFG))
+    assert env["ANSIBLE_CONFIG"] == str(runner.ANSIBLE_CFG)
+    assert env["ANSIBLE_ROLES_PATH"].split(os.pathsep).count(str(REPO / "roles")) == 1
