@@ -306,3 +306,15 @@ def test_without_an_operator_config_glmops_own_is_used(tmp_path, monkeypatch):
     env = config_env(str(runner.REPO), str(runner.ANSIBLE_CFG))
     assert env["ANSIBLE_CONFIG"] == str(runner.ANSIBLE_CFG)
     assert env["ANSIBLE_ROLES_PATH"].split(os.pathsep).count(str(REPO / "roles")) == 1
+
+
+def test_a_vault_value_templated_into_argv_is_refused_and_not_shown(tmp_path, pw):
+    """A value read from Vault stays secret by value after Jinja puts it somewhere else."""
+    inv = _inventory(tmp_path, pw, inline=False)
+    main = inv / "group_vars" / "all" / "main.yml"
+    main.write_text(main.read_text().replace("glmops_engine_args:\n", "glmops_engine_args:\n  served-note: '{{ vault_api_key }}'\n", 1))
+    proc = _glmops("validate", "-i", str(inv), "--vault-password-file", str(pw))
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "SECRET" in said, said
+    assert API_KEY not in said
+    _no_traceback(proc)
