@@ -161,6 +161,19 @@ def shown(path: str, value: Any) -> str:
 _VAULTED: set[str] = set()
 
 
+def _leaves(value: Any) -> Any:
+    """Every leaf (not a dict, list or tuple) under ``value``; dict keys are not leaves."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            yield item
+
+
 def _vaulted(value: Any, found: set[str]) -> None:
     """Add the plain text of every Vault-encrypted leaf under ``value`` (``!vault`` scalars and
     values of vault-encrypted files, both tagged by ansible-core) to ``found``."""
@@ -169,17 +182,11 @@ def _vaulted(value: Any, found: set[str]) -> None:
         from ansible.parsing.vault import EncryptedString
     except ImportError:  # pragma: no cover - older ansible-core
         return
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, EncryptedString) or VaultedValue.is_tagged_on(item):
+    for item in _leaves(value):
+        if isinstance(item, EncryptedString) or VaultedValue.is_tagged_on(item):
             try:
                 found.add(str(item))
-            except Exception:  # noqa: BLE001 - no vault secret: Ansible reports it when reading
+            except Exception:  # noqa: BLE001 - no vault secret: a VAULT problem where it is read
                 pass
 
 
@@ -411,17 +418,7 @@ def _origin_path(value: Any) -> str | None:
 
 def _has_template(value: Any) -> bool:
     """Whether a string under ``value`` holds Jinja (``{{``, ``{%``, ``{#``)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "{{" in item or "{%" in item or "{#" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return False
+    return any(isinstance(item, str) and ("{{" in item or "{%" in item or "{#" in item) for item in _leaves(value))
 
 
 def _decrypt_all(value: Any) -> None:
@@ -430,14 +427,8 @@ def _decrypt_all(value: Any) -> None:
         from ansible.parsing.vault import EncryptedString
     except ImportError:  # pragma: no cover - older ansible-core
         return
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, EncryptedString):
+    for item in _leaves(value):
+        if isinstance(item, EncryptedString):
             str(item)
 
 
