@@ -1,12 +1,15 @@
 """Read an Ansible inventory into a :class:`~glmops.model.Deployment`.
 
-The inventory is parsed by Ansible itself (``DataLoader`` + ``InventoryManager``); group and
-host variables from ``group_vars/`` and ``host_vars/`` come from Ansible's vars plugins
-(``get_vars_from_inventory_sources``), once per group and only for hosts that have host vars,
-then layered per host in Ansible's precedence order (``all`` inventory vars < other groups'
-inventory vars < ``group_vars/all`` < ``group_vars/<group>`` < host inventory vars <
-``host_vars/<host>``; groups sorted by depth, priority, name). That is what
-``ansible-inventory --list`` shows, without its per-host ``VariableManager.get_vars`` cost.
+Every variable is read through Ansible itself: the inventory is parsed by ``DataLoader`` +
+``InventoryManager`` (after :func:`preflight` has checked the files: sizes, FIFOs, alias
+bombs, duplicate keys), each host's variables come from ``VariableManager.get_vars`` (Ansible's
+precedence, ``-e`` extra vars winning; one call per distinct set of groups for hosts without
+``host_vars``), Jinja in a value is rendered by Ansible's ``Templar`` with the host's variables,
+and Vault secrets are loaded as ``ansible-playbook`` loads them (``--vault-id``,
+``--vault-password-file``, ``ANSIBLE_VAULT_*``, the operator's ansible.cfg:
+``glmops.ansible_options``). Values read from Vault are secret by value
+(``extra["secret_values"]``). Where a value came from is Ansible's origin tag: a
+``group_vars``/``host_vars`` file, the inventory file's host or group entry, or ``-e``.
 
 The variables (``VARIABLES``, ``POOL_KEYS``, ``ROUTER_KEYS``, ``CHECKPOINT_KEYS``,
 ``HOST_VARIABLES``) are defined in ``glmops.variables``, which also renders docs/variables.md.
