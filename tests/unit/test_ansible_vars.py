@@ -318,3 +318,20 @@ def test_a_vault_value_templated_into_argv_is_refused_and_not_shown(tmp_path, pw
     assert proc.returncode == 2 and "SECRET" in said, said
     assert API_KEY not in said
     _no_traceback(proc)
+
+
+def test_a_deployment_from_a_plays_hostvars(tmp_path):
+    """deployment_from_hostvars: the values come from the {host: vars} mapping an action
+    plugin has (task_vars["hostvars"]), the hosts and groups from the inventory."""
+    from glmops.inventory import deployment_from_hostvars, load_deployment
+
+    inv = tmp_path / "inv"
+    shutil.copytree(LAB, inv)
+    base = load_deployment(inv)
+    gv = yaml.safe_load((inv / "group_vars" / "all.yml").read_text())
+    hosts = list(base.hosts)
+    hostvars = {h: {**gv, "glmops_topology": "agg", "glmops_served_model_name": "from-hostvars",
+                    "inventory_hostname": h} for h in hosts}
+    dep = deployment_from_hostvars(inv, hostvars)
+    assert dep.topology == "agg" and dep.served_model_name == "from-hostvars"
+    assert list(dep.hosts) == hosts and dep.extra["problems"] == []
