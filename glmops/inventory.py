@@ -1,12 +1,15 @@
 """Read an Ansible inventory into a :class:`~glmops.model.Deployment`.
 
-The inventory is parsed by Ansible itself (``DataLoader`` + ``InventoryManager``); group and
-host variables from ``group_vars/`` and ``host_vars/`` come from Ansible's vars plugins
-(``get_vars_from_inventory_sources``), once per group and only for hosts that have host vars,
-then layered per host in Ansible's precedence order (``all`` inventory vars < other groups'
-inventory vars < ``group_vars/all`` < ``group_vars/<group>`` < host inventory vars <
-``host_vars/<host>``; groups sorted by depth, priority, name). That is what
-``ansible-inventory --list`` shows, without its per-host ``VariableManager.get_vars`` cost.
+Every variable is read through Ansible itself: the inventory is parsed by ``DataLoader`` +
+``InventoryManager`` (after :func:`preflight` has checked the files: sizes, FIFOs, alias
+bombs, duplicate keys), each host's variables come from ``VariableManager.get_vars`` (Ansible's
+precedence, ``-e`` extra vars winning; one call per distinct set of groups for hosts without
+``host_vars``), Jinja in a value is rendered by Ansible's ``Templar`` with the host's variables,
+and Vault secrets are loaded as ``ansible-playbook`` loads them (``--vault-id``,
+``--vault-password-file``, ``ANSIBLE_VAULT_*``, the operator's ansible.cfg:
+``glmops.ansible_options``). Values read from Vault are secret by value
+(``extra["secret_values"]``). Where a value came from is Ansible's origin tag: a
+``group_vars``/``host_vars`` file, the inventory file's host or group entry, or ``-e``.
 
 The variables (``VARIABLES``, ``POOL_KEYS``, ``ROUTER_KEYS``, ``CHECKPOINT_KEYS``,
 ``HOST_VARIABLES``) are defined in ``glmops.variables``, which also renders docs/variables.md.
@@ -19,6 +22,7 @@ inventory that cannot be read at all raises :class:`~glmops.model.ValidationErro
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from typing import Any, Callable
@@ -56,6 +60,14 @@ ROLE_ALIASES = {"context": "prefill", "generation": "decode"}
 POOL_ROLES = ("agg", "prefill", "decode")
 WORKERS_GROUP = "glmops_workers"
 ROUTERS_GROUP = "glmops_routers"
+#: run controls glmops' own verbs pass to the playbooks as extra vars (glmops.commands, glmops.runner):
+#: not inventory variables, so never reported as unknown ones
+RUN_VARIABLES = frozenset((
+    "glmops_departed", "glmops_fast", "glmops_generation_dir", "glmops_generation_record",
+    "glmops_generation_source", "glmops_log_lines", "glmops_log_units", "glmops_overrides",
+    "glmops_plan_summary", "glmops_provision", "glmops_provision_fatal", "glmops_provision_hosts",
+    "glmops_prune", "glmops_purge_checkpoints", "glmops_record_hosts", "glmops_restart_units", "glmops_step",
+))
 # Variables whose value must be the same for every worker host.
 _DEPLOYMENT_WIDE = tuple(VARIABLES)
 
@@ -152,6 +164,19 @@ def shown(path: str, value: Any) -> str:
 _VAULTED: set[str] = set()
 
 
+def _leaves(value: Any) -> Any:
+    """Every leaf (not a dict, list or tuple) under ``value``; dict keys are not leaves."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            yield item
+
+
 def _vaulted(value: Any, found: set[str]) -> None:
     """Add the plain text of every Vault-encrypted leaf under ``value`` (``!vault`` scalars and
     values of vault-encrypted files, both tagged by ansible-core) to ``found``."""
@@ -160,17 +185,11 @@ def _vaulted(value: Any, found: set[str]) -> None:
         from ansible.parsing.vault import EncryptedString
     except ImportError:  # pragma: no cover - older ansible-core
         return
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, EncryptedString) or VaultedValue.is_tagged_on(item):
+    for item in _leaves(value):
+        if isinstance(item, EncryptedString) or VaultedValue.is_tagged_on(item):
             try:
                 found.add(str(item))
-            except Exception:  # noqa: BLE001 - no vault secret: Ansible reports it when reading
+            except Exception:  # noqa: BLE001 - no vault secret: a VAULT problem where it is read
                 pass
 
 
@@ -259,82 +278,161 @@ class _Reader:
             )
 
 
-class _Layers:
-    """Variables of an inventory, per group and per host, with the file each came from."""
+class _Vars:
+    """Each host's variables as Ansible resolves them, with the file each came from.
 
-    def __init__(self, inventory: Any, loader: Any, display_root: str):
-        from ansible.inventory.helpers import sort_groups
-        from ansible.vars.plugins import get_vars_from_inventory_sources
+    Values come from ``ansible.vars.manager.VariableManager.get_vars`` (Ansible's precedence:
+    inventory and ``group_vars``/``host_vars`` by group depth and priority, extra vars ``-e``
+    winning; no play, no facts, no hostvars), computed once per host; or, for an action plugin,
+    from the play's own ``hostvars`` mapping (``hostvars``), which already carry ``-e`` and Vault.
+    Jinja in a value is rendered with the host's variables by :meth:`resolve` (Ansible's
+    ``Templar``); a ``!vault`` value is decrypted there too."""
 
-        self.inventory = inventory
-        self._sort_groups = sort_groups
-        self._plugin_vars = lambda entity: get_vars_from_inventory_sources(
-            loader, inventory._sources, [entity], "all"
-        )
-        self.root = display_root
+    def __init__(self, inventory: Any, loader: Any, root: str, hostvars: Any = None) -> None:
+        from glmops import ansible_options
+
+        self.inventory, self.loader, self.root = inventory, loader, root
+        self._cache: dict[str, dict] = {}
+        if hostvars is None:
+            from ansible.vars.manager import VariableManager
+
+            from ansible import constants as C
+
+            manager = VariableManager(loader=loader, inventory=inventory)
+            # ansible-core caches the CLI's -e once per process: this verb's -e, parsed the same way
+            manager._extra_vars = self.extra = ansible_options.extra_vars(loader)
+            self._full = self._get = lambda host: manager.get_vars(host=host, include_hostvars=False)
+            # Only the default vars plugin and no persistent facts: a host without host_vars files
+            # differs from any other host of its groups by its inventory vars alone (see _shared)
+            if list(C.VARIABLE_PLUGINS_ENABLED or ()) in (["ansible.builtin.host_group_vars"], ["host_group_vars"]) \
+                    and C.CACHE_PLUGIN in ("memory", "ansible.builtin.memory"):
+                self._get = self._shared
+        else:
+            self.extra = {}
+            self._full = self._get = lambda host: hostvars[host.name]
+        self._by_groups: dict[tuple, dict] = {}
         dirs = [s if os.path.isdir(s) else os.path.dirname(s) for s in inventory._sources if s and "," not in s]
-        self.source_dirs = dirs
-        # host_vars entries that exist (name without extension) -> only those hosts pay a lookup
+        # hosts with a host_vars entry (file or directory, name without extension)
         self.host_var_names: set[str] = set()
         for d in dirs:
             hv = os.path.join(d, "host_vars")
             if os.path.isdir(hv):
                 for entry in os.listdir(hv):
-                    self.host_var_names.add(os.path.splitext(entry)[0] if not os.path.isdir(os.path.join(hv, entry)) else entry)
-        self._group_layers: dict[str, tuple[tuple[str, dict], tuple[str, dict]]] = {}
+                    self.host_var_names.add(entry if os.path.isdir(os.path.join(hv, entry)) else os.path.splitext(entry)[0])
 
-    def _vars_file(self, kind: str, name: str) -> str:
-        for d in self.source_dirs:
-            base = os.path.join(d, kind, name)
-            for ext in ("", ".yml", ".yaml", ".json"):
-                if os.path.exists(base + ext):
-                    return _display_path(base + ext)
-        return _display_path(os.path.join(self.source_dirs[0] if self.source_dirs else ".", kind, name + ".yml"))
-
-    def _inventory_file_of(self, data: dict) -> str:
-        try:
-            from ansible._internal._datatag._tags import Origin  # ansible-core >= 2.19
-
-            for value in data.values():
-                origin = Origin.get_tag(value)
-                if origin and origin.path:
-                    return _display_path(origin.path)
-        except Exception:  # pragma: no cover - older ansible-core or untagged values
-            pass
-        return self.root
-
-    def group(self, group: Any) -> tuple[tuple[str, dict], tuple[str, dict]]:
-        """(inventory-file layer, vars-plugin layer) of ``group``: (label prefix, vars)."""
-        cached = self._group_layers.get(group.name)
-        if cached is None:
-            inv_vars = group.vars
-            inv_label = f"{self._inventory_file_of(inv_vars)}:{group.name}.vars."
-            plug = self._plugin_vars(group)
-            plug_label = f"{self._vars_file('group_vars', group.name)}:"
-            cached = ((inv_label, inv_vars), (plug_label, plug))
-            self._group_layers[group.name] = cached
-        return cached
-
-    def host_layers(self, host: Any) -> list[tuple[str, dict]]:
-        """Every layer for ``host``, lowest precedence first."""
-        groups = host.get_groups()
-        all_group = next((g for g in groups if g.name == "all"), None) or self.inventory.groups["all"]
-        others = self._sort_groups([g for g in groups if g.name != "all"])
-        all_inv, all_plug = self.group(all_group)
-        group_layers = [self.group(g) for g in others]
-        layers = [all_inv] + [g[0] for g in group_layers] + [all_plug] + [g[1] for g in group_layers]
-        host_file = host.vars.get("inventory_file") or self.root
-        layers.append((f"{_display_path(host_file)}:{host.name}.", host.vars))
+    def _shared(self, host: Any) -> dict:
+        """``VariableManager.get_vars`` for ``host``, one call per distinct set of groups: the
+        group-level answer (of a probe host in the same groups, without host vars) combined with
+        the host's own inventory vars, then ``-e``, then its magic names, in get_vars' order
+        (``ansible.utils.vars.combine_vars``, so ``hash_behaviour`` holds). Hosts with a
+        ``host_vars`` entry get the full call."""
         if host.name in self.host_var_names:
-            layers.append((f"{self._vars_file('host_vars', host.name)}:", self._plugin_vars(host)))
-        return layers
+            return self._full(host)
+        from ansible.utils.vars import combine_vars
+
+        groups = host.get_groups()
+        signature = tuple(g.name for g in groups)
+        base = self._by_groups.get(signature)
+        if base is None:
+            from ansible.inventory.host import Host
+
+            probe = Host(name="glmops-probe-host-without-vars")
+            probe.groups = list(groups)
+            base = self._by_groups[signature] = self._full(probe)
+        out = combine_vars(combine_vars(base, host.get_vars()), self.extra) if self.extra \
+            else combine_vars(base, host.get_vars())
+        return out
+
+    def of(self, host: Any) -> dict:
+        """``host``'s variables (a mapping, not rendered)."""
+        found = self._cache.get(host.name)
+        if found is None:
+            found = self._cache[host.name] = self._get(host)
+        return found
+
+    def label(self, host: Any, key: str) -> str:
+        """Where ``key``'s value for ``host`` comes from: ``-e:<key>``, ``<inventory file>:<host>.<key>``,
+        ``<inventory file>:<group>.vars.<key>`` or ``<vars file>:<key>`` (Ansible's origin tag)."""
+        if key in self.extra:
+            return f"-e:{key}"
+        value = self.of(host).get(key)
+        if key in host.vars and host.vars[key] is value:
+            return f"{_display_path(host.vars.get('inventory_file') or self.root)}:{host.name}.{key}"
+        path = _origin_path(value)
+        for group in host.get_groups():
+            if key in group.vars and group.vars[key] is value:
+                return f"{_display_path(path) if path else self.root}:{group.name}.vars.{key}"
+        return f"{_display_path(path) if path else self.root}:{key}"
+
+    def resolve(self, host: Any, key: str, value: Any, where: str, r: "_Reader") -> Any:
+        """``value`` with every ``!vault`` leaf decrypted and Jinja rendered with ``host``'s
+        variables. A Vault value that no secret opens (VAULT) or a template that fails, e.g. an
+        undefined variable (TEMPLATE), is a problem naming ``where``; the value is then None."""
+        from ansible.errors import AnsibleError
+
+        try:
+            _decrypt_all(value)
+        except AnsibleError as exc:
+            r.problem("VAULT", where, f"the Vault value of {key} cannot be decrypted: {_first_line(exc)}; accepted: "
+                      "a value encrypted with a secret given by --vault-id, --vault-password-file, "
+                      "--ask-vault-pass or ANSIBLE_VAULT_PASSWORD_FILE",
+                      "pass the Vault password the inventory was encrypted with")
+            return None
+        if not _has_template(value):
+            return value
+        from ansible.template import Templar
+
+        try:
+            return Templar(loader=self.loader, variables=self._full(host)).template(value)
+        except AnsibleError as exc:
+            r.problem("TEMPLATE", where, f"the Jinja template in {key} cannot be rendered for host {host.name}: "
+                      f"{_first_line(exc)}; accepted: a template over defined variables, or plain text",
+                      "define the variable it uses (inventory, group_vars, -e) or quote the text with {% raw %}")
+            return None
 
 
-def _lookup(layers: list[tuple[str, dict]], key: str) -> tuple[Any, str | None]:
-    for label, data in reversed(layers):
-        if key in data:
-            return data[key], label + key
-    return None, None
+def _error_file(exc: BaseException) -> str | None:
+    """The file an Ansible error is about (the Origin tag of its ``obj``, along the cause chain)."""
+    seen = 0
+    item: BaseException | None = exc
+    while item is not None and seen < 10:
+        obj = getattr(item, "obj", None)
+        if obj is not None and _origin_path(obj):
+            return _origin_path(obj)
+        item, seen = item.__cause__ or item.__context__, seen + 1
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", "") or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _origin_path(value: Any) -> str | None:
+    """The file ``value`` was read from (ansible-core's Origin tag), or None."""
+    try:
+        from ansible._internal._datatag._tags import Origin  # ansible-core >= 2.19
+
+        origin = Origin.get_tag(value)
+        return origin.path if origin and origin.path else None
+    except Exception:  # pragma: no cover - older ansible-core or untagged values
+        return None
+
+
+def _has_template(value: Any) -> bool:
+    """Whether a string under ``value`` holds Jinja (``{{``, ``{%``, ``{#``)."""
+    return any(isinstance(item, str) and ("{{" in item or "{%" in item or "{#" in item) for item in _leaves(value))
+
+
+def _decrypt_all(value: Any) -> None:
+    """Decrypt every ``!vault`` leaf under ``value`` (raises AnsibleError when one cannot be)."""
+    try:
+        from ansible.parsing.vault import EncryptedString
+    except ImportError:  # pragma: no cover - older ansible-core
+        return
+    for item in _leaves(value):
+        if isinstance(item, EncryptedString):
+            str(item)
 
 
 def _capture_parse_errors(inventory_mod: Any) -> tuple[list[str], Callable[[], None]]:
@@ -573,26 +671,27 @@ def preflight(inventory_path: str) -> None:
 
 
 def _vault_secrets(loader: Any) -> None:
-    """Give ``loader`` the Vault secrets ansible-playbook would have from the configuration
-    (``ANSIBLE_VAULT_PASSWORD_FILE`` / ``vault_password_file``, ``ANSIBLE_VAULT_IDENTITY_LIST``),
-    never prompting; without any, Vault values stay encrypted (and unreadable)."""
-    from ansible import constants as C
+    """Give ``loader`` (and ansible-core's VaultSecretsContext) the Vault secrets
+    ansible-playbook would have: this verb's ``--vault-id`` / ``--vault-password-file``
+    (``glmops.ansible_options.current()``) and the configuration's (``ANSIBLE_VAULT_PASSWORD_FILE``,
+    ``ANSIBLE_VAULT_IDENTITY_LIST``, ansible.cfg), never prompting; without any, Vault values
+    stay encrypted and reading one is a VAULT problem. A password file that is missing or
+    unreadable raises ValidationError (VAULT, naming it)."""
+    from ansible.errors import AnsibleError
 
-    files = [C.DEFAULT_VAULT_PASSWORD_FILE] if C.DEFAULT_VAULT_PASSWORD_FILE else []
-    ids = list(C.DEFAULT_VAULT_IDENTITY_LIST or [])
-    if not files and not ids:
-        return
-    from ansible.cli import CLI
-    from ansible.parsing.vault import VaultSecretsContext
+    from glmops import ansible_options
 
-    secrets = CLI.setup_vault_secrets(loader, vault_ids=ids, vault_password_files=files, ask_vault_pass=False,
-                                      auto_prompt=False, initialize_context=False)
-    loader.set_vault_secrets(secrets)
-    current = VaultSecretsContext.current(optional=True)
-    if current is None:  # ansible-core's one process-wide context (initialize() works once)
-        VaultSecretsContext.initialize(VaultSecretsContext(secrets))
-    else:
-        current.secrets = secrets
+    try:
+        ansible_options.vault_secrets(loader)
+    except AnsibleError as exc:
+        raise ValidationError([Problem("VAULT", "--vault-password-file", f"cannot load the Vault secret: {_first_line(exc)}; "
+                                       "accepted: a readable password file, an executable client script, or LABEL@prompt",
+                                       "check the path given to --vault-id / --vault-password-file / "
+                                       "ANSIBLE_VAULT_PASSWORD_FILE")]) from None
+
+
+#: the playbooks' directory: the DataLoader's base directory (playbook-adjacent group_vars/host_vars)
+_PLAYBOOKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "playbooks")
 
 
 def _parse(inventory_path: str) -> tuple[Any, Any]:
@@ -606,6 +705,8 @@ def _parse(inventory_path: str) -> tuple[Any, Any]:
     from ansible.parsing.dataloader import DataLoader
 
     loader = DataLoader()
+    # group_vars/ beside the playbooks, as ansible-playbook reads them, never the working directory's
+    loader.set_basedir(_PLAYBOOKS)
     _vault_secrets(loader)
     messages, restore = _capture_parse_errors(inventory_mod)
     try:
@@ -669,26 +770,61 @@ def load_deployment(
     """Read the inventory at ``inventory_path`` (a directory with hosts.yml + group_vars/ +
     host_vars/, or one inventory file) into a Deployment.
 
+    Every variable is read through Ansible: ``VariableManager`` for precedence (this verb's
+    ``-e`` extra vars, ``glmops.ansible_options.current()``, win), Vault secrets from
+    ``--vault-id``/``--vault-password-file``/``ANSIBLE_VAULT_*``/ansible.cfg, Jinja rendered
+    with the host's variables. Values read from Vault are secret by value
+    (``extra["secret_values"]``).
+
     ``topology`` (``agg``/``disagg``) overrides ``glmops_topology``. ``overrides`` maps variable
     names (``glmops_`` prefix optional) to values that win over the inventory, like ``-e``.
 
     Returns the Deployment; its ``sources`` map keys (``model``, ``kv_cache_dtype``,
     ``pools.prefill.tp``, ``pools.prefill.env.NAME``, ``hosts.gpu-a.gpus``, ``checkpoint.revision``,
-    ``router.port`` ...) to ``<file>:<variable path>``; ``extra["problems"]`` holds the type/shape
-    problems found while reading. Catalog-key and cross-field checks are ``glmops.rules``'.
+    ``router.port`` ...) to ``<file>:<variable path>`` (``-e:<variable>`` for extra vars);
+    ``extra["problems"]`` holds the type/shape problems found while reading, including a Vault
+    value no secret opens (VAULT) and a template that cannot be rendered (TEMPLATE).
+    Catalog-key and cross-field checks are ``glmops.rules``'.
 
     Raises ValidationError only when the inventory cannot be parsed (including a YAML error in
-    group_vars/host_vars, reported as code ``INVENTORY`` with Ansible's message) or has no hosts.
+    group_vars/host_vars, reported as code ``INVENTORY`` with Ansible's message; an encrypted
+    vars file no secret opens, code ``VAULT``) or has no hosts.
     """
+    return _guarded(inventory_path, topology, overrides, None)
+
+
+def deployment_from_hostvars(
+    inventory_path: str | os.PathLike[str],
+    hostvars: Any,
+    topology: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Deployment:
+    """As :func:`load_deployment`, but every host's variables come from ``hostvars``, a
+    ``{host name: {variable: value}}`` mapping such as an action plugin's
+    ``task_vars["hostvars"]`` (which already carries the play's ``-e`` and Vault secrets).
+    The inventory at ``inventory_path`` still gives the hosts and groups. Same returns and
+    errors as :func:`load_deployment`."""
+    return _guarded(inventory_path, topology, overrides, hostvars)
+
+
+def _guarded(inventory_path: Any, topology: str | None, overrides: dict[str, Any] | None, hostvars: Any) -> Deployment:
     from ansible.errors import AnsibleError
 
     try:
-        return _load_deployment(inventory_path, topology, overrides)
+        return _load_deployment(inventory_path, topology, overrides, hostvars)
     except AnsibleError as exc:
-        first = str(getattr(exc, "message", "") or exc).strip().splitlines()
+        first = _first_line(exc)
+        if "decrypt" in first.lower() or "vault" in first.lower():
+            where = _error_file(exc)
+            raise ValidationError([Problem(
+                "VAULT", _display_path(where or str(inventory_path)),
+                f"cannot decrypt {'this file' if where else chr(39).join(('the inventory', 's variables'))}: "
+                f"{first}; accepted: files encrypted with a secret given "
+                "by --vault-id, --vault-password-file, --ask-vault-pass or ANSIBLE_VAULT_PASSWORD_FILE",
+                "pass the Vault password the file was encrypted with")]) from None
         raise ValidationError([Problem(
             "INVENTORY", _display_path(str(inventory_path)),
-            f"cannot read the inventory's variables: {first[0] if first else type(exc).__name__}",
+            f"cannot read the inventory's variables: {first}",
             "fix the YAML of group_vars/ and host_vars/ files (each must be a mapping)")]) from None
 
 
@@ -696,6 +832,7 @@ def _load_deployment(
     inventory_path: str | os.PathLike[str],
     topology: str | None = None,
     overrides: dict[str, Any] | None = None,
+    hostvars: Any = None,
 ) -> Deployment:
     from glmops import catalog as catalog_mod
 
@@ -703,7 +840,7 @@ def _load_deployment(
     path = str(inventory_path)
     inventory, loader = _parse(path)
     root = _display_path(path)
-    layers = _Layers(inventory, loader, root)
+    vars_of = _Vars(inventory, loader, root, hostvars)
     r = _Reader()
 
     all_hosts = list(inventory.hosts.values())  # inventory order
@@ -715,16 +852,16 @@ def _load_deployment(
     _check_groups(inventory, r, root, len(all_hosts))
 
     # --- deployment-wide variables: the first worker's view, checked equal on every worker ----
-    first_layers = layers.host_layers(workers[0])
+    first = workers[0]
+    first_vars = vars_of.of(first)
+    secret_values: set[str] = set()
+    _vaulted({k: val for k, val in first_vars.items() if k not in ("groups", "hostvars")}, secret_values)
     raw: dict[str, Any] = {}
-    for _label, data in first_layers:
-        for key in data:
-            if isinstance(key, str) and key.startswith("glmops_") and key not in HOST_VARIABLES:
-                raw[key] = None
-    for key in list(raw):
-        value, src = _lookup(first_layers, key)
-        raw[key] = value
-        r.sources[key] = src or key
+    for key in first_vars:
+        if isinstance(key, str) and key.startswith("glmops_") and key not in HOST_VARIABLES \
+                and key not in RUN_VARIABLES:
+            r.sources[key] = vars_of.label(first, key)
+            raw[key] = vars_of.resolve(first, key, first_vars[key], r.sources[key], r)
     for key, value in (overrides or {}).items():
         name = key if key.startswith("glmops_") else f"glmops_{key}"
         raw[name] = value
@@ -733,15 +870,15 @@ def _load_deployment(
     def src(name: str) -> str:
         return r.sources.get(name, f"{root}/group_vars/all.yml:{name}")
 
+    _vaulted(raw, secret_values)
     _VAULTED.clear()
-    _vaulted(raw, _VAULTED)
-    secret_values = set(_VAULTED)
+    _VAULTED.update(secret_values)
 
     r.unknown_keys(raw, VARIABLES, src, "variable")
-    _near_misses(first_layers, r)
+    _near_misses(first, vars_of, r)
     for key, value in raw.items():
         _check_text(value, src(key), r)
-    _check_same_on_workers(workers, layers, first_layers, r, overrides or {})
+    _check_same_on_workers(workers, vars_of, r, overrides or {})
 
     v: dict[str, Any] = {}
     for name, spec in VARIABLES.items():
@@ -765,27 +902,34 @@ def _load_deployment(
     hosts: dict[str, HostSpec] = {}
     default_gpus = list(range(int(hardware.get("gpus_per_node") or 0)))
     for host in all_hosts:
-        host_layers = first_layers if host is workers[0] else layers.host_layers(host)
-        if host is not workers[0]:
-            # a typo in another host's vars is as wrong as one in the first worker's
-            for label, data in host_layers:
-                typos = {k: None for k in data if isinstance(k, str) and k.startswith("glmops_")
-                         and k not in VARIABLES and k not in HOST_VARIABLES}
-                if typos:
-                    r.unknown_keys(typos, VARIABLES, lambda k, label=label: label + k, "variable")
-            _near_misses(host_layers, r)
+        hv = vars_of.of(host)
+        if host is not first:
+            # a typo in another host's vars is as wrong as one in the first worker's (once per file and name)
+            reported = {p.path for p in r.problems}
+            for k in hv:
+                if isinstance(k, str) and k.startswith("glmops_") and k not in VARIABLES and k not in HOST_VARIABLES \
+                        and k not in RUN_VARIABLES:
+                    label = vars_of.label(host, k)
+                    if label not in reported:
+                        reported.add(label)
+                        r.unknown_keys({k: None}, VARIABLES, lambda _k, label=label: label, "variable")
+            _near_misses(host, vars_of, r)
         spec = HostSpec(name=host.name, address=host.name, hardware=hardware_key,
                         groups=[g.name for g in host.groups])
         values = {}
         for key, hspec in HOST_VARIABLES.items():
-            value, where = _lookup(host_layers, key)
-            where = where or f"{root}/host_vars/{host.name}.yml:{key}"
+            value = hv.get(key)
+            where = vars_of.label(host, key) if value is not None else f"{root}/host_vars/{host.name}.yml:{key}"
             if value is not None:
                 r.sources[f"hosts.{host.name}.{key[len('glmops_'):]}"] = where
+                value = vars_of.resolve(host, key, value, where, r)
             values[key] = r.typed(value, hspec, where)[1]
-        ansible_host, where_host = _lookup(host_layers, "ansible_host")
+        ansible_host = hv.get("ansible_host")
+        if ansible_host is not None:
+            where_host = vars_of.label(host, "ansible_host")
+            ansible_host = vars_of.resolve(host, "ansible_host", ansible_host, where_host, r)
         if ansible_host is not None and not ADDRESS.match(str(ansible_host)):
-            r.problem("ADDRESS", where_host or f"{root}/host_vars/{host.name}.yml:ansible_host",
+            r.problem("ADDRESS", where_host,
                       f"ansible_host {str(ansible_host)!r} of host {host.name} is not accepted; accepted: a host name, "
                       "an IPv4 or an IPv6 address")
         for key in ("glmops_rdma_devices",):
@@ -1011,30 +1155,38 @@ _FIELD_VARS = {
 _ALL_NAMES = tuple(VARIABLES) + tuple(HOST_VARIABLES)
 
 
-def _near_misses(layers: list[tuple[str, dict]], r: _Reader) -> None:
-    """Variables that look like ours but are not spelled ``glmops_<name>`` (``glmosp_multimodal``,
-    ``glmops-checkpoint``, ``GLMOPS_MODEL``) would be ignored and the defaults used: each is an
-    UNKNOWN_KEY problem with a did-you-mean (once per file and name)."""
-    seen = {(p.path) for p in r.problems}
-    for label, data in layers:
-        for key in data:
-            if not isinstance(key, str) or key.startswith("glmops_") or len(key) > 200:
-                continue
-            norm = key.lower().replace("-", "_").replace(".", "_")
-            close = difflib.get_close_matches(norm, _ALL_NAMES, n=1, cutoff=0.85)
-            if not (norm.startswith("glmops") or close or difflib.get_close_matches(norm[:7], ["glmops_"], cutoff=0.7)
-                    and "_" in norm[5:8]):
-                continue
-            if not close:
-                close = difflib.get_close_matches("glmops_" + norm.split("_", 1)[-1], _ALL_NAMES, n=1, cutoff=0.6)
-            where = label + key
-            if where in seen:
-                continue
-            seen.add(where)
-            r.problem("UNKNOWN_KEY", where,
-                      f"variable {key!r} looks like a glmops variable but is not one, so it is ignored; "
-                      "accepted: glmops_<name> in lower case with '_' (docs/variables.md)",
-                      f"did you mean {close[0]!r}?" if close else "see docs/variables.md")
+def _near_misses(host: Any, vars_of: _Vars, r: _Reader) -> None:
+    """Variables of ``host`` that look like ours but are not spelled ``glmops_<name>``
+    (``glmosp_multimodal``, ``glmops-checkpoint``, ``GLMOPS_MODEL``) would be ignored and the
+    defaults used: each is an UNKNOWN_KEY problem with a did-you-mean (once per file and name)."""
+    seen = {p.path for p in r.problems}
+    for key in vars_of.of(host):
+        if not isinstance(key, str) or key.startswith("glmops_") or len(key) > 200:
+            continue
+        found, close = _near_miss(key)
+        if not found:
+            continue
+        where = vars_of.label(host, key)
+        if where in seen:
+            continue
+        seen.add(where)
+        r.problem("UNKNOWN_KEY", where,
+                  f"variable {key!r} looks like a glmops variable but is not one, so it is ignored; "
+                  "accepted: glmops_<name> in lower case with '_' (docs/variables.md)",
+                  f"did you mean {close!r}?" if close else "see docs/variables.md")
+
+
+@functools.lru_cache(maxsize=4096)
+def _near_miss(key: str) -> tuple[bool, str | None]:
+    """(whether ``key`` looks like a misspelt glmops variable, the closest name or None)."""
+    norm = key.lower().replace("-", "_").replace(".", "_")
+    close = difflib.get_close_matches(norm, _ALL_NAMES, n=1, cutoff=0.85)
+    if not (norm.startswith("glmops") or close or difflib.get_close_matches(norm[:7], ["glmops_"], cutoff=0.7)
+            and "_" in norm[5:8]):
+        return False, None
+    if not close:
+        close = difflib.get_close_matches("glmops_" + norm.split("_", 1)[-1], _ALL_NAMES, n=1, cutoff=0.6)
+    return True, (close[0] if close else None)
 
 
 def _env(data: dict, r: _Reader, path: str) -> dict[str, str]:
@@ -1101,15 +1253,16 @@ def _check_groups(inventory: Any, r: _Reader, root: str, n_hosts: int) -> None:
                       "or no such group", f"add the serving hosts under {name}.hosts (or its children)")
 
 
-def _check_same_on_workers(workers: list, layers: _Layers, first_layers: list, r: _Reader, overrides: dict) -> None:
+def _check_same_on_workers(workers: list, vars_of: _Vars, r: _Reader, overrides: dict) -> None:
     """Deployment-wide variables must resolve to the same value on every worker host. Hosts with
     the same groups and no own glmops_ vars share the first worker's answer, so this costs one
-    lookup per distinct group set, not per host."""
+    comparison per distinct group set, not per host."""
     first = workers[0]
+    first_vars = vars_of.of(first)
 
     def has_own(host: Any) -> bool:
         return any(k.startswith("glmops_") and k not in HOST_VARIABLES for k in host.vars) \
-            or host.name in layers.host_var_names
+            or host.name in vars_of.host_var_names
 
     # hosts with the first worker's groups share its answer only when the first has no own vars
     seen: set[tuple] = set() if has_own(first) else {tuple(g.name for g in first.get_groups())}
@@ -1119,17 +1272,17 @@ def _check_same_on_workers(workers: list, layers: _Layers, first_layers: list, r
         if not own and signature in seen:
             continue
         seen.add(signature)
-        hl = layers.host_layers(host)
+        hv = vars_of.of(host)
         for name in _DEPLOYMENT_WIDE:
-            if name in overrides or name.removeprefix("glmops_") in overrides:
+            if name in overrides or name.removeprefix("glmops_") in overrides or name in vars_of.extra:
                 continue
-            mine, where = _lookup(hl, name)
-            theirs, where0 = _lookup(first_layers, name)
+            mine, theirs = hv.get(name), first_vars.get(name)
             if mine is not theirs and plain(mine) != plain(theirs):
+                where = vars_of.label(host, name) if name in hv else vars_of.label(first, name)
                 r.problem(
                     "HOST_VAR_CONFLICT",
-                    where or where0 or name,
-                    f"{name} is {plain(mine)!r} on host {host.name} but {plain(theirs)!r} on host {first.name}; "
-                    f"accepted: one value for every worker host",
+                    where,
+                    f"{name} is {shown(name, plain(mine))} on host {host.name} but {shown(name, plain(theirs))} on "
+                    f"host {first.name}; accepted: one value for every worker host",
                     "set deployment-wide variables in group_vars/all.yml only",
                 )

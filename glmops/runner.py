@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from glmops import ansible_options
 from glmops.output import console as make_console
 from glmops.output import stamp
 
@@ -162,7 +164,7 @@ def run(
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     rundir = runs_dir() / f"{stamp}-{verb}"
     rundir.mkdir(parents=True, exist_ok=True)
-    cmdline = []
+    cmdline = [shlex.quote(a) for a in ansible_options.current().argv()]  # -e, vault ids/files: paths, no password
     if check:
         cmdline.append("--check")
     if diff:
@@ -180,7 +182,8 @@ def run(
     env = {
         # the ansible-playbook next to this interpreter (a venv's bin is not always on PATH)
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+        # the operator's ansible.cfg (else ours), glmops' plugin/role paths appended to theirs
+        **ansible_options.config_env(str(REPO), str(ANSIBLE_CFG)),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
         "PYTHONUNBUFFERED": "1",

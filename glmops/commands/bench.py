@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
 DEFAULT_OUT = ".glmops/bench"
 
@@ -25,6 +26,7 @@ def _fail(problems: list[str], code: int = 2) -> None:
 
 
 @click.group("bench", invoke_without_command=True)
+@ANSIBLE_OPTS
 @click.option("-i", "--inventory", type=click.Path(exists=True), default=None,
               help="Ansible inventory (directory or file); the Plan gives endpoint, model, GPUs.")
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,

@@ -10,6 +10,7 @@ import json
 import sys
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
 from glmops.commands.plan import plan  # noqa: F401  (verb table: glmops.commands.core:plan)
 
@@ -27,6 +28,7 @@ def _summary(dep, the_plan) -> str:
 
 
 @click.command("validate")
+@ANSIBLE_OPTS
 @click.option("-i", "--inventory", required=True, type=click.Path(),
               help="Inventory directory (hosts.yml + group_vars/) or file.")
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,

@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS, ANSIBLE_OPTS_LONG
 from rich.console import Console
 from rich.table import Table
 
@@ -86,6 +87,7 @@ def read_history(inventory: str, topology: str | None, console: Console | None =
 
 
 @click.command("history")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: per host its generations and the current one.")
@@ -127,6 +129,7 @@ def _not_ready(result: runner.RunResult) -> list[str]:
 
 
 @click.command("upgrade")
+@ANSIBLE_OPTS_LONG
 @INVENTORY
 @TOPOLOGY
 @click.option("-e", "--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -253,6 +256,7 @@ def _put_back(inventory: str, hist: dict, gen_dir: str, step: G.Step, number: in
 
 
 @click.command("rollback")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--to", "to", type=click.IntRange(1), default=None,

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from rich.table import Table
 
 from glmops import runner
@@ -100,6 +101,7 @@ def _finish(result: runner.RunResult, plan: dict, console) -> None:
 
 
 @click.command("deploy")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--check", is_flag=True, help="Change nothing; show what would change.")
@@ -161,6 +163,7 @@ def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke, 
 
 
 @click.command("serve")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--check", is_flag=True, help="Change nothing; show what would change.")
@@ -176,6 +179,7 @@ def serve(inventory, topology, check, diff, limit):
 
 
 @click.command("status")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per service).")
@@ -310,6 +314,7 @@ def _select(plan: dict, service: str | None) -> list[dict]:
 
 
 @click.command("logs")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.argument("service", required=False)
@@ -379,6 +384,7 @@ def _follow(inventory: str, services: list[dict], lines: int) -> int:
 
 
 @click.command("restart")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--rolling", is_flag=True,
@@ -420,6 +426,7 @@ def rolling_steps(plan: dict) -> list[tuple[str, list[str]]]:
 
 
 @click.command("stop")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 def stop(inventory, topology):
@@ -432,6 +439,7 @@ def stop(inventory, topology):
 
 
 @click.command("destroy")
+@ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--yes", is_flag=True, help="Required: really remove the deployment.")

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from rich.console import Console
 from rich.table import Table
 
@@ -99,6 +100,7 @@ def results(outputs: list[dict]) -> list[dict[str, Any]]:
 
 
 @click.command("download")
+@ANSIBLE_OPTS
 @click.option("-i", "--inventory", required=True, type=click.Path(exists=True), help="Ansible inventory (directory or file).")
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None, help="Override glmops_topology.")
 @click.option("--mode", type=click.Choice(["per_node", "fanout", "shared"]), default=None,

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
 #: seconds ssh-keyscan waits for one host
 KEYSCAN_TIMEOUT_S = 5
@@ -124,6 +125,7 @@ def accept(address: str, port: int, known_file: str) -> tuple[str, str]:
 
 
 @click.command("known-hosts")
+@ANSIBLE_OPTS
 @click.option("-i", "--inventory", required=True, type=click.Path(),
               help="Inventory directory (hosts.yml + group_vars/) or file.")
 @click.option("--file", "known_file", default="~/.ssh/known_hosts", show_default=True,

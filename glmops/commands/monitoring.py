@@ -4,9 +4,11 @@ from __future__ import annotations
 import sys
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
 
 @click.command("targets")
+@ANSIBLE_OPTS
 @click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
               help="Inventory directory (hosts.yml + group_vars/) or file.")
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None, help="Override glmops_topology.")

@@ -9,6 +9,7 @@ import json
 import sys
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
 
 def load_plan(inventory: str, topology: str | None):
@@ -79,6 +80,7 @@ def redacted(data, secret_values=frozenset()):
 
 
 @click.command("plan")
+@ANSIBLE_OPTS
 @click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
               help="Inventory directory (hosts.yml + group_vars/) or file.")
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from rich.console import Console
 from rich.table import Table
 
@@ -91,6 +92,7 @@ def print_reports(nodes: dict[str, dict[str, Any]], console: Console) -> None:
 
 
 @click.command("provision")
+@ANSIBLE_OPTS
 @INVENTORY
 @click.option("--check", is_flag=True, help="Change nothing; show what would change.")
 @click.option("--diff", is_flag=True, help="Show the changes to files.")
@@ -123,6 +125,7 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
 
 
 @click.command("check")
+@ANSIBLE_OPTS
 @INVENTORY
 @LIMIT
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document: a report per node.")

@@ -9,6 +9,7 @@ import json
 import sys
 
 import click
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
 CHECK_NAMES = "models, completion, reasoning, tool_call, structured, stream, image, disagg, acceptance"
 
@@ -18,6 +19,7 @@ def _names(value: str | None) -> list[str]:
 
 
 @click.command("smoke")
+@ANSIBLE_OPTS
 @click.option("-i", "--inventory", type=click.Path(exists=True), default=None,
               help="Ansible inventory (directory or file); the Plan gives endpoint, model and workers.")
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,

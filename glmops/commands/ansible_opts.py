@@ -1,0 +1,81 @@
+"""``@ANSIBLE_OPTS``: the ``ansible-playbook`` options every verb that reads the inventory
+shares, spelled as ``ansible-playbook`` spells them:
+
+  ``-e/--extra-vars``        (repeatable) ``key=value ...``, JSON/YAML ``{...}``, or ``@file``
+  ``--vault-id``             (repeatable) ``[label@]source`` (a password file or client script;
+                             ``label@prompt`` asks once)
+  ``--vault-password-file``  (repeatable) a file holding the Vault password, or a script
+  ``--ask-vault-pass``       ask for the Vault password once
+
+The decorator takes these out of the command's keyword arguments and makes them
+``glmops.ansible_options.current()`` while the command runs, so the controller-side read
+(``glmops.inventory.load_deployment``) and the playbook run (``glmops.runner.run``) both see
+them; the command's own signature does not change. A prompted password goes to a 0600 file
+in a 0700 temporary directory (removed when the command ends): only its path reaches argv.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+
+import click
+
+from glmops.ansible_options import AnsibleOptions, using
+
+_NAMES = ("extra_vars", "vault_ids", "vault_password_files", "ask_vault_pass")
+
+
+def _password_file(tmpdir: list[str], label: str) -> str:
+    """Prompt for one Vault password; write it to a 0600 file; return the path."""
+    if not tmpdir:
+        tmpdir.append(tempfile.mkdtemp(prefix="glmops-vault-"))  # mode 0700
+    secret = click.prompt(f"Vault password{f' ({label})' if label else ''}", hide_input=True, err=True)
+    path = os.path.join(tmpdir[0], f"pw-{len(os.listdir(tmpdir[0]))}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(secret + "\n")
+    return path
+
+
+def ansible_options(fn, short_e: bool = True):
+    """Add the shared Ansible options to the click command function ``fn`` (see the module
+    docstring); ``short_e=False`` spells extra vars ``--extra-vars`` only (a verb whose ``-e``
+    means something else)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        extra, ids, files, ask = (kwargs.pop(n) for n in _NAMES)
+        tmpdir: list[str] = []
+        try:
+            ids = tuple(f"{vid.split('@', 1)[0]}@{_password_file(tmpdir, vid.split('@', 1)[0])}"
+                        if vid.endswith("@prompt") or vid == "prompt" else vid for vid in ids)
+            files = tuple(files) + ((_password_file(tmpdir, ""),) if ask else ())
+            with using(AnsibleOptions(extra_vars=tuple(extra), vault_ids=ids, vault_password_files=files)):
+                return fn(*args, **kwargs)
+        finally:
+            if tmpdir:
+                shutil.rmtree(tmpdir[0], ignore_errors=True)
+
+    for decorator in reversed((
+        click.option(*(("-e",) if short_e else ()), "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
+                     help="Extra variables, as ansible-playbook -e: key=value, JSON/YAML, or @FILE (repeatable; "
+                          "they win over the inventory)."),
+        click.option("--vault-id", "vault_ids", multiple=True, metavar="[LABEL@]SOURCE",
+                     help="Vault identity: a password file or client script, or LABEL@prompt (repeatable)."),
+        click.option("--vault-password-file", "vault_password_files", multiple=True, type=click.Path(),
+                     help="File (or script) holding the Vault password (repeatable)."),
+        click.option("--ask-vault-pass", "ask_vault_pass", is_flag=True, help="Ask for the Vault password."),
+    )):
+        wrapper = decorator(wrapper)
+    # listed after the command's own options in --help (click shows __click_params__ reversed)
+    params = wrapper.__click_params__
+    params[0:0] = [params.pop() for _ in range(4)][::-1]
+    return wrapper
+
+
+#: ``@ANSIBLE_OPTS``: -e/--extra-vars, --vault-id, --vault-password-file, --ask-vault-pass
+ANSIBLE_OPTS = ansible_options
+#: the same without the ``-e`` short form (``glmops upgrade``, whose ``-e`` is ``--set``)
+ANSIBLE_OPTS_LONG = functools.partial(ansible_options, short_e=False)
