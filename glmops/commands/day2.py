@@ -28,7 +28,7 @@ from rich.table import Table
 from glmops import generations as G
 from glmops import runner
 from glmops.output import console as make_console
-from glmops.commands.deploy import INVENTORY, TOPOLOGY
+from glmops.commands.options import INVENTORY, TOPOLOGY
 
 LIST_TASK = "Read the recorded generations"
 

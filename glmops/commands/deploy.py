@@ -19,13 +19,9 @@ import click
 from rich.table import Table
 
 from glmops import runner
+from glmops.commands.options import INVENTORY, LIMIT, TOPOLOGY
 from glmops.output import console as make_console
 
-INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
-                         help="Ansible inventory (directory or file).")
-TOPOLOGY = click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,
-                        help="Override the inventory's glmops_topology.")
-LIMIT = click.option("--limit", default=None, help="Ansible --limit pattern.")
 
 
 def _console():

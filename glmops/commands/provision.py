@@ -19,11 +19,9 @@ from rich.console import Console
 from rich.table import Table
 
 from glmops import runner
+from glmops.commands.options import INVENTORY, LIMIT
 from glmops.output import console as make_console
 
-INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
-                         help="Ansible inventory (directory or file).")
-LIMIT = click.option("--limit", default=None, help="Ansible --limit pattern.")
 PRECHECK_TASK = "glmops output prechecks"
 
 
