@@ -18,7 +18,10 @@ result's ``msg`` (or the last line of its stdout), see ``_Progress.retry``.
 The plan play (playbooks/plays/plan.yml) writes the Plan's secret-free summary into the
 run dir (``plan-summary.json``, extra var ``glmops_plan_summary``); it becomes
 ``RunResult.plan``, and a plan refused for bad input becomes ``RunResult.plan_problems``,
-so a CLI verb need not plan on the controller before the run.
+so a CLI verb need not plan on the controller before the run. A verb that planned already
+passes its :class:`glmops.planning.Planned` (``planned=``): the run's plan play takes it
+(``glmops_plan_handoff``, a 0600 file in a private temporary directory removed after the
+run, never in the artifacts) instead of planning again.
 
 Artifacts of every run are kept under ``./.glmops/runs/<UTC timestamp>-<verb>/``
 (``GLMOPS_RUNS_DIR`` overrides the parent), whose path is printed. Nothing secret is
@@ -28,20 +31,28 @@ hold no secret (tests grep them).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+import ansible_runner
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from glmops import planning
+from glmops.inventory import check_run_target
+from glmops.model import SECRET_NAME as _SECRET_ENV  # the one home of secret patterns
 from glmops.output import console as make_console
 from glmops.output import stamp
 
@@ -147,16 +158,15 @@ def run(
     console: Console | None = None,
     quiet: bool = False,
     on_event: Callable[[dict], None] | None = None,
+    planned: planning.Planned | None = None,
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return what happened.
 
     ``extravars`` must hold no secret (they are written into the run dir).
     ``check``/``diff``/``limit`` map to ``--check``/``--diff``/``--limit``.
+    ``planned``: the Plan the verb built for this run, handed to the plan play (see the
+    module docstring).
     """
-    import ansible_runner
-
-    from glmops.inventory import check_run_target
-
     check_run_target(inventory, limit)  # ValidationError (exit 2) before any host: no hosts, bad --limit
     console = console or make_console()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -190,13 +200,16 @@ def run(
         "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
     started = time.monotonic()
-    with _secrets_out_of_environ():
+    extra = {**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)}
+    with _secrets_out_of_environ(), _handoff(planned) as handoff:
+        if handoff:
+            extra["glmops_plan_handoff"] = handoff
         r = ansible_runner.run(
             private_data_dir=str(rundir),
             project_dir=str(REPO),
             playbook=str(PLAYBOOKS / playbook),
             inventory=str(Path(inventory).resolve()),
-            extravars={**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)},
+            extravars=extra,
             cmdline=" ".join(cmdline) or None,
             # the first play (validate + plan) runs on localhost: keep it inside any --limit
             limit=f"{limit},localhost" if limit else None,
@@ -221,10 +234,30 @@ def run(
     return result
 
 
-# Environment variables that hold secrets. ansible-runner writes the whole environment of the
-# run into its artifacts (artifacts/<ident>/command), so these are taken out of the environment
-# for the duration of the run; secrets reach hosts only through 0600 files or no_log vars.
-from glmops.model import SECRET_NAME as _SECRET_ENV  # noqa: E402  (the one home of secret patterns)
+@contextlib.contextmanager
+def _handoff(planned: planning.Planned | None):
+    """The path of ``planned``'s handoff (:func:`glmops.planning.handoff`: env files, so
+    secrets) as a 0600 file in a 0700 temporary directory, removed when the run ends; None
+    without a Plan."""
+    if planned is None:
+        yield None
+        return
+    tdir = tempfile.mkdtemp(prefix="glmops-plan-")
+    try:
+        os.chmod(tdir, 0o700)
+        path = os.path.join(tdir, "plan.json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(planning.handoff(planned), fh)
+        yield path
+    finally:
+        shutil.rmtree(tdir, ignore_errors=True)
+
+
+# Environment variables that hold secrets (glmops.model.SECRET_NAME). ansible-runner writes the
+# whole environment of the run into its artifacts (artifacts/<ident>/command), so these are taken
+# out of the environment for the duration of the run; secrets reach hosts only through 0600 files
+# or no_log vars.
 
 
 def secret_env_names(environ: dict[str, str] | None = None) -> list[str]:
@@ -338,8 +371,6 @@ def _failure_text(res: dict) -> str:
 def diff_text(res: dict) -> str:
     """Unified diff text of a task result's ``diff`` (a dict or a list of dicts with
     ``before``/``after`` and optional headers), as ``ansible-playbook --diff`` shows it."""
-    import difflib
-
     items = res.get("diff") or []
     items = items if isinstance(items, list) else [items]
     out = []
@@ -395,8 +426,6 @@ class _Progress:
         self.play_shown = True
         self.retried: dict[tuple[str, str], float] = {}
         if console.is_terminal and not quiet:
-            from rich.live import Live
-
             self.live = Live(self._table(), console=console, refresh_per_second=4, transient=True)
             self.live.start()
 

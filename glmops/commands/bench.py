@@ -11,6 +11,11 @@ from pathlib import Path
 
 import click
 
+from glmops import planning
+from glmops.model import ValidationError
+from glmops.smoke import endpoint_problem
+from glmops.ssh import ssh_command
+
 DEFAULT_OUT = ".glmops/bench"
 
 
@@ -80,22 +85,15 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
     plan = dep = None
     target = None
     if inventory:
-        from glmops import rules
-        from glmops.inventory import load_deployment
-        from glmops.model import ValidationError
-
         try:
-            dep = load_deployment(inventory, topology=topology)
-            plan, plan_problems = rules.validate(dep)
-            problems += [str(p) for p in plan_problems]
+            planned = planning.load(inventory, topology)
+            dep, plan = planned.deployment, planned.plan
         except ValidationError as exc:
             problems += [str(p) for p in exc.problems]
         if plan is not None and not problems:
             target = b.target_from_plan(plan, dep, tokenizer)
     elif not (endpoint and model):
         problems.append("give -i/--inventory, or both --endpoint and --model")
-    from glmops.smoke import endpoint_problem
-
     bad_url = endpoint_problem("--endpoint", endpoint)
     if bad_url:
         problems.append(bad_url)
@@ -187,8 +185,6 @@ def _bench_host(choice: str, plan) -> str:
 
 
 def _remote(inventory: str | None, host: str):
-    from glmops.commands.deploy import ssh_command
-
     def remote(argv: list[str]) -> list[str]:
         return ssh_command(inventory, host, argv)
 

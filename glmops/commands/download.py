@@ -22,15 +22,16 @@ from rich.console import Console
 from rich.table import Table
 
 from glmops import runner
+from glmops.checkpoint import human
+from glmops.commands.common import load_plan
 from glmops.output import console as make_console
+from glmops.smoke import endpoint_problem
 
 PROGRESS_TASK = "Download progress"
 OUTPUT_TASK = "Glmops output checkpoint"
 
 
 def _human(n: float) -> str:
-    from glmops.checkpoint import human
-
     return human(n)
 
 
@@ -111,16 +112,13 @@ def results(outputs: list[dict]) -> list[dict[str, Any]]:
 def download(inventory, topology, mode, endpoint, check, limit, as_json):
     """Fetch the checkpoint once at its pinned commit, verify every file against the hub's
     metadata and distribute it (per_node | fanout | shared)."""
-    from glmops.commands.deploy import load_plan
-    from glmops.smoke import endpoint_problem
-
     bad = endpoint_problem("--endpoint", endpoint)
     if bad:  # before the inventory is planned and before any request
         click.echo(f"error: {bad}; nothing was contacted", err=True)
         sys.exit(2)
     console = make_console(stderr=as_json)
-    plan = load_plan(inventory, topology)
-    ck = plan["checkpoint"]
+    planned = load_plan(inventory, topology)
+    ck = planned.checkpoint()  # only the checkpoint section: no unit rendered here
     console.print(f"checkpoint {ck['repo']}@{ck['revision'] or '(pin at download)'} -> {ck['local_dir']} "
                   f"on {', '.join(ck['hosts'])} ({mode or ck['mode']})")
     extravars: dict[str, Any] = {}
@@ -142,7 +140,7 @@ def download(inventory, topology, mode, endpoint, check, limit, as_json):
 
     try:
         result = runner.run("download", "download.yml", inventory, extravars, check=check, limit=limit,
-                            console=console, quiet=as_json, on_event=on_event)
+                            console=console, quiet=as_json, on_event=on_event, planned=planned)
     finally:
         if token_dir:
             shutil.rmtree(token_dir, ignore_errors=True)

@@ -10,6 +10,12 @@ import sys
 
 import click
 
+from glmops import smoke as sm
+from glmops.commands.common import deployed_topology
+from glmops.inventory import load_deployment
+from glmops.model import ValidationError
+from glmops.output import console as make_console
+
 CHECK_NAMES = "models, completion, reasoning, tool_call, structured, stream, image, disagg, acceptance"
 
 
@@ -40,11 +46,6 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
     """Check the endpoint: models, completion, reasoning effort, tool call, structured output,
     streaming, image, the prefill/decode split and the speculative acceptance rate. With -i
     and without --topology: the topology recorded on the hosts by the last deploy."""
-    from glmops.output import console as make_console
-
-    from glmops import smoke as sm
-    from glmops.model import ValidationError
-
     err = make_console(stderr=True)
     problems = []
     unknown = [n for n in _names(only) + _names(skip) if n not in sm.CHECKS]
@@ -58,9 +59,6 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
             problems += [str(p) for p in exc.problems]
         if target is not None and topology is None and not problems:
             # what the hosts record as deployed, not the inventory's default (issue 12)
-            from glmops.commands.deploy import deployed_topology
-            from glmops.inventory import load_deployment
-
             topology = deployed_topology(inventory, load_deployment(inventory).topology)
             target = sm.load_target(inventory, topology)
     elif not (endpoint and model):
