@@ -22,8 +22,8 @@ from glmops.output import console as make_console
 @click.option("--rolling", is_flag=True,
               help="One replica (agg) or pool (disagg) at a time, waiting for readiness in between.")
 def restart(inventory, topology, rolling):
-    """Restart the services: workers (gated), then the router. Without --topology: the
-    topology recorded on the hosts by the last deploy."""
+    """Restart the services: workers (gated), then the router (--rolling: one step at a time in
+    one run). Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
     planned, topology = load_deployed_plan(inventory, topology)
     plan = planned.view()
@@ -31,14 +31,23 @@ def restart(inventory, topology, rolling):
         result = runner.run("restart", "restart.yml", inventory, extravars(topology), console=console,
                             planned=planned)
         finish(result, plan, console)
-    result = None
-    for step, units in rolling_steps(plan):
-        console.print(f"{runner.stamp()} [bold]restart step[/bold] {step}: {', '.join(units)}")
-        result = runner.run("restart", "restart.yml", inventory,
-                            extravars(topology, glmops_restart_units=units), console=console, planned=planned)
-        if not result.ok:
-            break
+    # one run: restart.yml restarts one step at a time, each gated before the next (its first
+    # task per step reports glmops_event restart_step, printed here as the step's line)
+    steps = [{"name": name, "units": units, "bundle": _bundle(name)} for name, units in rolling_steps(plan)]
+
+    def on_event(event: dict) -> None:
+        msg = ((event.get("event_data") or {}).get("res") or {}).get("msg")
+        if event.get("event") == "runner_on_ok" and isinstance(msg, dict) and msg.get("glmops_event") == "restart_step":
+            console.print(f"{runner.stamp()} [bold]restart step[/bold] {msg['step']}: {', '.join(msg['units'])}")
+
+    result = runner.run("restart", "restart.yml", inventory, extravars(topology, glmops_restart_steps=steps),
+                        console=console, planned=planned, on_event=on_event)
     finish(result, plan, console)
+
+
+def _bundle(step: str) -> str:
+    """The plan view's bundle a rolling step's units are in (see :func:`rolling_steps`)."""
+    return "stores" if step.startswith("store ") else "routers" if step == "router" else "workers"
 
 
 def rolling_steps(plan: dict) -> list[tuple[str, list[str]]]:

@@ -1,5 +1,5 @@
 """ansible-lint (production profile) and yamllint (strict) pass on every role, every playbook
-(playbooks/*.yml, playbooks/plays/*.yml), every Molecule scenario and the shared Molecule
+(every playbooks/**/*.yml), every Molecule scenario and the shared Molecule
 config, the monitoring rules and the lab inventories: found by globbing, so a new role or
 playbook is linted without being listed here."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 PATHS = sorted(
     str(p.relative_to(REPO)) for p in [
         *(d for d in (REPO / "roles").iterdir() if d.is_dir()),
-        *(REPO / "playbooks").glob("*.yml"), *(REPO / "playbooks" / "plays").glob("*.yml"),
+        *(REPO / "playbooks").rglob("*.yml"),
         *(d for d in (REPO / "molecule").iterdir() if d.is_dir()), REPO / ".config" / "molecule",
         REPO / "glmops" / "monitoring" / "rules",
         *(d for d in (REPO / "inventories").glob("lab*") if d.is_dir()),
