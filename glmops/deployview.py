@@ -65,7 +65,7 @@ def plan_view(inventory: str, topology: str | None = None,
     Raises :class:`PlanProblems` with every problem when the rules (or the loader)
     find any; nothing is contacted. Plans through :func:`glmops.planning.load`, the one door.
     """
-    from glmops import planning  # planning.Planned.view renders through this module
+    from glmops import planning  # a cycle: planning.Planned.view renders through this module
 
     try:
         planned = planning.load(inventory, topology, overrides)

@@ -30,9 +30,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops import rules
+from glmops import deployview, rules
+from glmops.checkpoint import plan_view as checkpoint_view
 from glmops.inventory import load_deployment
 from glmops.model import Deployment, Plan, ValidationError
+from glmops.prechecks import needs_for_deployment
+from glmops.smoke import SmokeTarget, target_from_plan
 
 #: the debug hook's environment variable (see the module docstring)
 BUILDS_ENV = "GLMOPS_PLAN_BUILDS"
@@ -58,26 +61,18 @@ class Planned:
 
     def view(self) -> dict[str, Any]:
         """The playbooks' plan view, every file rendered (:func:`glmops.deployview.view`)."""
-        from glmops import deployview  # deployview.plan_view plans through this module
-
         return self._part("view", lambda: deployview.view(self.deployment, self.plan))
 
     def checkpoint(self) -> dict[str, Any]:
         """Only the checkpoint section (:func:`glmops.checkpoint.plan_view`), nothing rendered."""
-        from glmops.checkpoint import plan_view as checkpoint_view
-
         return self._part("checkpoint", lambda: checkpoint_view(self.deployment, self.plan))
 
     def precheck_needs(self) -> dict[str, dict[str, Any]]:
         """``{host: needs}`` (:func:`glmops.prechecks.needs_for_deployment`)."""
-        from glmops.prechecks import needs_for_deployment
-
         return self._part("precheck_needs", lambda: needs_for_deployment(self.deployment, self.plan))
 
-    def smoke_target(self):
+    def smoke_target(self) -> SmokeTarget:
         """The :class:`glmops.smoke.SmokeTarget` of this Plan."""
-        from glmops.smoke import target_from_plan
-
         return self._part("smoke_target", lambda: target_from_plan(self.plan, self.deployment))
 
     def digest(self) -> str:

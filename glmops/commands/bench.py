@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
+from glmops import bench as b
 from glmops import planning
 from glmops.model import ValidationError
+from glmops.output import console as make_console
+from glmops.output import stamp
 from glmops.smoke import endpoint_problem
 from glmops.ssh import ssh_command
 
@@ -20,8 +24,6 @@ DEFAULT_OUT = ".glmops/bench"
 
 
 def _fail(problems: list[str], code: int = 2) -> None:
-    from glmops.output import console as make_console
-
     err = make_console(stderr=True)
     err.print(f"{len(problems)} problem(s); nothing run:" if code == 2 else "bench failed:")
     for p in problems:
@@ -62,12 +64,6 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
     Markdown table and a Pareto PNG under OUT/<UTC time>-<deployment>/."""
     if ctx.invoked_subcommand is not None:
         return
-    from dataclasses import replace
-
-    from glmops.output import console as make_console
-
-    from glmops import bench as b
-
     console = make_console()
     problems: list[str] = []
     cfg = replace(b.QUICK) if quick else b.SweepConfig()
@@ -149,8 +145,6 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
                   f"ISL {cfg.isl} / OSL {cfg.osl}, {cfg.multi_round} rounds, client aiperf {version} on {host}, "
                   f"{target.gpus} {target.gpu_basis}(s), tokenizer {target.tokenizer}")
 
-    from glmops.output import stamp
-
     def progress(i, n, c, point):
         if point is None:
             console.print(f"{stamp()} [{i}/{n}] concurrency {c}: {cfg.num_prompts(c)} requests ...")
@@ -203,8 +197,6 @@ def _remote(inventory: str | None, host: str):
 @click.option("--json", "as_json", is_flag=True, help="Print the deltas as JSON.")
 def compare_cmd(run_a, run_b, as_json):
     """Print per-concurrency deltas between two result directories (B relative to A)."""
-    from glmops import bench as b
-
     try:
         meta_a, pa = b.load_run(Path(run_a))
         meta_b, pb = b.load_run(Path(run_b))
