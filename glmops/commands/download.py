@@ -27,8 +27,10 @@ from glmops.commands.common import load_plan
 from glmops.output import console as make_console
 from glmops.smoke import endpoint_problem
 
-PROGRESS_TASK = "Download progress"
-OUTPUT_TASK = "Glmops output checkpoint"
+#: the event key of roles/checkpoint's progress polls (glmops_checkpoint action=progress)
+PROGRESS_TASK = runner.DOWNLOAD_PROGRESS
+#: the fact roles/checkpoint's last task sets per host: that host's result
+OUTPUT_FACT = "checkpoint_result"
 
 
 def _human(n: float) -> str:
@@ -46,7 +48,7 @@ class ProgressPrinter:
 
     def __call__(self, event: dict) -> None:
         data = event.get("event_data") or {}
-        if data.get("task") != PROGRESS_TASK or event.get("event") not in ("runner_retry", "runner_on_ok"):
+        if runner.event_of(data) != PROGRESS_TASK or event.get("event") not in ("runner_retry", "runner_on_ok"):
             return
         res = data.get("res") or {}
         host = data.get("host", "?")
@@ -94,8 +96,8 @@ def results(outputs: list[dict]) -> list[dict[str, Any]]:
     rows = []
     for ev in outputs:
         facts = ((ev.get("event_data") or {}).get("res") or {}).get("ansible_facts") or {}
-        if "checkpoint_result" in facts:
-            rows.append(facts["checkpoint_result"])
+        if OUTPUT_FACT in facts:
+            rows.append(facts[OUTPUT_FACT])
     return rows
 
 
@@ -135,7 +137,8 @@ def download(inventory, topology, mode, endpoint, check, limit, as_json):
     def on_event(event: dict) -> None:
         progress(event)
         data = event.get("event_data") or {}
-        if data.get("task") == OUTPUT_TASK and event.get("event") == "runner_on_ok":
+        facts = (data.get("res") or {}).get("ansible_facts") or {}
+        if OUTPUT_FACT in facts and event.get("event") == "runner_on_ok":
             outputs.append(event)
 
     try:

@@ -22,7 +22,8 @@ from glmops.model import Problem, ValidationError
 from glmops.output import console as make_console
 from glmops.rules import _NAME_RE
 
-LIST_TASK = "Read the recorded generations"
+#: the event key of roles/generation's list (glmops_generation.py list: JSON with it on stdout)
+GENERATIONS = "generations"
 
 
 def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], str]:
@@ -54,11 +55,13 @@ def read_history(inventory: str, topology: str | None, console: Console | None =
 
     def on_event(event: dict) -> None:
         data = event.get("event_data") or {}
-        if event.get("event") == "runner_on_ok" and data.get("task") == LIST_TASK:
+        if event.get("event") == "runner_on_ok" and runner.event_of(data) == GENERATIONS:
             try:
                 got[data["host"]] = json.loads((data.get("res") or {}).get("stdout", ""))
             except ValueError:
                 pass
+            else:
+                got[data["host"]].pop(runner.EVENT_KEY, None)
 
     result = runner.run("history", "history.yml", inventory,
                         {"glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir},

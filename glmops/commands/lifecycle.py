@@ -15,6 +15,9 @@ from glmops.commands.common import extravars, finish, load_deployed_plan
 from glmops.commands.options import INVENTORY, TOPOLOGY
 from glmops.output import console as make_console
 
+#: the event key of a rolling restart's step report (playbooks/tasks/restart_step.yml)
+RESTART_STEP = "restart_step"
+
 
 @click.command("restart")
 @INVENTORY
@@ -36,9 +39,10 @@ def restart(inventory, topology, rolling):
     steps = [{"name": name, "units": units, "bundle": _bundle(name)} for name, units in rolling_steps(plan)]
 
     def on_event(event: dict) -> None:
-        msg = ((event.get("event_data") or {}).get("res") or {}).get("msg")
-        if event.get("event") == "runner_on_ok" and isinstance(msg, dict) and msg.get("glmops_event") == "restart_step":
-            console.print(f"{runner.stamp()} [bold]restart step[/bold] {msg['step']}: {', '.join(msg['units'])}")
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and runner.event_of(data) == RESTART_STEP:
+            step = runner.reported(data)
+            console.print(f"{runner.stamp()} [bold]restart step[/bold] {step['step']}: {', '.join(step['units'])}")
 
     result = runner.run("restart", "restart.yml", inventory, extravars(topology, glmops_restart_steps=steps),
                         console=console, planned=planned, on_event=on_event)

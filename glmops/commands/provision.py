@@ -26,6 +26,9 @@ from glmops.commands.common import load_plan
 from glmops.commands.options import INVENTORY, LIMIT
 from glmops.output import console as make_console
 
+#: the event key of the prechecks' report (roles/prechecks glmops_prechecks, glmops.runner.event_of)
+PRECHECK_EVENT = "precheck_report"
+#: the report task's name: a report without the key is still recognised by it (runner.LEGACY_EVENTS)
 PRECHECK_TASK = "glmops output prechecks"
 
 
@@ -45,7 +48,7 @@ def _validate(inventory: str) -> planning.Planned | None:
 
 class ReportCollector:
     """An ``on_event`` callback for :func:`glmops.runner.run`: keeps the precheck report of each
-    host (the result of the task named :data:`PRECHECK_TASK`)."""
+    host (the result whose event key is :data:`PRECHECK_EVENT`)."""
 
     def __init__(self) -> None:
         self.reports: dict[str, dict[str, Any]] = {}
@@ -53,7 +56,7 @@ class ReportCollector:
     def __call__(self, event: dict) -> None:
         data = event.get("event_data") or {}
         res = data.get("res") or {}
-        if (event.get("event") == "runner_on_ok" and data.get("task") == PRECHECK_TASK
+        if (event.get("event") == "runner_on_ok" and runner.event_of(data) == PRECHECK_EVENT
                 and isinstance(res.get("report"), dict)):
             self.reports[data["host"]] = res["report"]
 

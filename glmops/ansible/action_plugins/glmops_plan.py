@@ -58,6 +58,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         result["changed"] = False
+        result["glmops_event"] = "plan"  # glmops.runner.event_of: a refusal's problems
 
         inventory = self._task.args.get("inventory") or play_inventory(task_vars, or_inventory_dir=True)
         if not inventory:

@@ -135,7 +135,7 @@ def cmd_list(args) -> dict:
         m = read_manifest(args.dir, n)
         m["files"] = [{k: f[k] for k in ("path", "sha256", "mode", "unit")} for f in m.get("files", [])]
         out.append(m)
-    return {"generations": out, "current": current(args.dir)}
+    return {"glmops_event": "generations", "generations": out, "current": current(args.dir)}
 
 
 def next_generation(lists: dict[str, dict], plan_hash: str) -> dict:

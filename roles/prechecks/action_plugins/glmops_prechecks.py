@@ -57,6 +57,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         result["changed"] = False
+        result["glmops_event"] = "precheck_report"  # glmops.runner.event_of: the CLI collects the reports
         host = task_vars.get("inventory_hostname", "?")
         use_dep = self._task.args.get("deployment", True) and task_vars.get("glmops_model")
         planned = self._task.args.get("deployment_needs")
