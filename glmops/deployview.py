@@ -33,8 +33,12 @@ import hashlib
 from typing import Any
 
 
+from glmops import monitoring, render
+from glmops.checkpoint import plan_view as checkpoint_view
 from glmops.deploystate import records_dir
-from glmops.model import Deployment, Plan, Problem, Service
+from glmops.engines import base
+from glmops.model import Deployment, Plan, Problem, Service, ValidationError
+from glmops.runtime import engine_pins
 
 ROUTER_ORDER = 50  # Service.start_order at or above this: router/orchestrator/frontend
 #: the venv marker roles/engine_runtime writes when an install is complete (tasks/venv_install.yml)
@@ -42,12 +46,11 @@ RUNTIME_MARKER = ".glmops-runtime.json"
 UNIT_DIR = "/etc/systemd/system"
 
 
-class PlanProblems(Exception):
+class PlanProblems(ValidationError):
     """The inventory has problems; ``problems`` lists every one (glmops.model.Problem)."""
 
     def __init__(self, problems: list[Problem]):
-        self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
+        super().__init__(problems)
 
 
 def plan_view(inventory: str, topology: str | None = None,
@@ -60,33 +63,22 @@ def plan_view(inventory: str, topology: str | None = None,
     (``glmops.prechecks.needs_for_deployment``, what the prechecks compare each host with).
 
     Raises :class:`PlanProblems` with every problem when the rules (or the loader)
-    find any; nothing is contacted.
+    find any; nothing is contacted. Plans through :func:`glmops.planning.load`, the one door.
     """
-    from glmops import inventory as inv
-    from glmops import rules
-    from glmops.model import ValidationError
+    from glmops import planning  # a cycle: planning.Planned.view renders through this module
 
     try:
-        dep = inv.load_deployment(inventory, topology=topology, overrides=overrides)
+        planned = planning.load(inventory, topology, overrides)
     except ValidationError as exc:
         raise PlanProblems(exc.problems) from exc
-    # the same function `glmops validate` runs: rules, plan, then the plan's port/config checks
-    plan, problems = rules.validate(dep)
-    if problems or plan is None:
-        raise PlanProblems(problems)
-    out = view(dep, plan)
+    out = dict(planned.view())
     if precheck_needs:
-        from glmops.prechecks import needs_for_deployment
-
-        out["precheck_needs"] = needs_for_deployment(dep, plan)
+        out["precheck_needs"] = planned.precheck_needs()
     return out
 
 
 def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
     """Turn a Deployment and its Plan into the playbooks' dict (see module docstring)."""
-    from glmops import monitoring, render
-    from glmops.checkpoint import plan_view as checkpoint_view
-
     target = render.target_name(dep)
     out: dict[str, Any] = {
         "deployment": plan.deployment,
@@ -138,9 +130,7 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         if runtime and runtime not in host["runtimes"]:
             host["runtimes"].append(runtime)
         if svc.role == "store":  # Debian packages (catalog engines.etcd / engines.nats), not venvs
-            from glmops.engines.base import CATALOG
-
-            entry = CATALOG.engine(svc.engine)
+            entry = base.CATALOG.engine(svc.engine)
             pkg = {"name": str(entry.get("package") or svc.engine), "unit": str(entry.get("package_unit") or "")}
             if pkg not in host["store_packages"]:
                 host["store_packages"].append(pkg)
@@ -159,9 +149,6 @@ def _runtime(dep: Deployment, svc: Service) -> dict[str, str] | None:
     """The venv a venv-runtime service runs from: {engine, version, venv, pins}; for the container
     runtime {engine, version, mode: container, image (the seed's), tag (the derived image the unit
     runs), pins}; else None (pins: glmops.runtime.engine_pins, see roles/engine_runtime)."""
-    from glmops.engines import base
-    from glmops.runtime import engine_pins
-
     if svc.runtime == "container" and svc.image:  # roles/engine_runtime container mode
         return {"engine": svc.engine, "version": base.engine_version(dep, svc.engine), "mode": "container",
                 "image": base.seed_image(dep, svc.engine), "tag": svc.image, "pins": engine_pins(dep, svc.engine)}
@@ -220,8 +207,6 @@ def _file(path: str, content: str, mode: str, group: str, service: str) -> dict[
 def _files(dep: Deployment, plan: Plan, svc: Service) -> tuple[list[dict], list[dict]]:
     """(plain files, secret files) of one service: its unit, its env file (0600, secret)
     and its engine config files (group: the service user; 0600 ones are secret)."""
-    from glmops import render
-
     files = [_file(f"{UNIT_DIR}/{svc.unit}", render.unit_text(dep, svc, plan), "0644", "root", svc.name)]
     secrets = [_file(render.env_path(dep, svc), render.env_text(dep, svc), "0600", "root", svc.name)]
     for cf in svc.files:

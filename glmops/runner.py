@@ -18,7 +18,10 @@ result's ``msg`` (or the last line of its stdout), see ``_Progress.retry``.
 The plan play (playbooks/plays/plan.yml) writes the Plan's secret-free summary into the
 run dir (``plan-summary.json``, extra var ``glmops_plan_summary``); it becomes
 ``RunResult.plan``, and a plan refused for bad input becomes ``RunResult.plan_problems``,
-so a CLI verb need not plan on the controller before the run.
+so a CLI verb need not plan on the controller before the run. A verb that planned already
+passes its :class:`glmops.planning.Planned` (``planned=``): the run's plan play takes it
+(``glmops_plan_handoff``, a 0600 file in a private temporary directory removed after the
+run, never in the artifacts) instead of planning again.
 
 Artifacts of every run are kept under ``./.glmops/runs/<UTC timestamp>-<verb>/``
 (``GLMOPS_RUNS_DIR`` overrides the parent), whose path is printed. Nothing secret is
@@ -28,22 +31,29 @@ hold no secret (tests grep them).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import re
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+import ansible_runner
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from glmops import ansible_options
+from glmops import ansible_options, planning
+from glmops.inventory import check_run_target
+from glmops.model import SECRET_NAME as _SECRET_ENV  # the one home of secret patterns
 from glmops.output import console as make_console
 from glmops.output import stamp
 
@@ -51,25 +61,67 @@ REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"
 ANSIBLE_CFG = REPO / "ansible.cfg"
 
-# task names whose script output carries per-service JSON (roles/engine_service)
+# What a task reports travels as an explicit event key in its result, never as its name:
+# ``glmops_event: <key>`` in the result (an action plugin's return dict), in a reporting
+# ``ansible.builtin.debug`` msg dict (hidden from the progress lines) or in a script's JSON on
+# stdout (so the retries of a polling script carry it too); :func:`event_of` reads it.
+EVENT_KEY = "glmops_event"
+READY = "ready"  # roles/engine_service glmops_hostctl.py ready: per-service JSON (the gate)
+STATUS = "status"  # glmops_hostctl.py status
+STATE = "state"  # glmops_hostctl.py state: the host read before any change; its "services" rows are
+# the units left running that answered /health (a no-op deploy skips the gate); the gate's rows replace them
+READ = "read"  # glmops_deploy_read (plays/read.yml): the deploy's one read per host; its msg says
+# "in state" or what the host needs, shown on the progress line
+JOURNAL = "journal"  # roles/engine_service logs: the journal lines glmops logs prints (a report)
+PLAN = "plan"  # glmops_plan (plays/plan.yml): a refusal's problems
+ENDPOINT = "endpoint"  # glmops_endpoint: only its ok result lets the summary print the endpoint line
+PRUNED = "pruned"  # plays/prune.yml: a host's prune finished (a report)
+#: plays/departed.yml: the fact holding the decision about the hosts that left the Plan
+#: (glmops.generations.departed); a result setting it is that decision
+DEPARTED_FACT = "glmops_departed"
+DOWNLOAD_PROGRESS = "download_progress"  # roles/checkpoint's progress polls (glmops download prints them)
+
+# The task names these results were recognised by before they carried their key: a result
+# without a key (a test's event, a playbook from before the keys) is still recognised by them.
 READY_TASK = "Wait for readiness"
 STATUS_TASK = "Read service status"
-# the host read before any change: its "services" rows are the units left running that
-# answered /health (a no-op deploy skips the gate); the gate's rows replace them
 STATE_TASK = "Read this deployment's files and units on the host"
-# playbooks/plays/read.yml (glmops_deploy_read): the deploy's one read per host; its msg says
-# "in state" or what the host needs, shown on the progress line
 READ_TASK = "Read each host once (prechecks, runtimes, units, health, last deploy)"
-OUTPUT_TASKS = ("Journal lines",)  # their stdout is shown by the CLI (glmops logs)
-PLAN_TASK = "Validate and plan"  # playbooks/plays/plan.yml (glmops_plan on localhost)
-# playbooks/plays/services.yml, upgrade.yml, rollback.yml: the request from the controller;
-# only its ok result lets the summary print the endpoint line
+PLAN_TASK = "Validate and plan"
 ENDPOINT_TASK = "One-token request through the endpoint"
+LEGACY_EVENTS = {READY_TASK: READY, STATUS_TASK: STATUS, STATE_TASK: STATE, READ_TASK: READ, PLAN_TASK: PLAN,
+                 ENDPOINT_TASK: ENDPOINT, "Download progress": DOWNLOAD_PROGRESS,
+                 "glmops output prechecks": "precheck_report", "Read the recorded generations": "generations"}
+# (the other keys, journal and pruned, come from reporting tasks; the departed decision is the fact it sets)
+
+
+def event_of(data: dict) -> str:
+    """The event key of a task result (an ansible-runner event's ``event_data``): ``glmops_event``
+    of the result, of its msg dict (a reporting debug task) or of its stdout JSON (a script), else
+    the key its task name had (:data:`LEGACY_EVENTS`), else ``""``."""
+    res = data.get("res") or {}
+    if not isinstance(res, dict):
+        return ""
+    msg = res.get("msg")
+    key = res.get(EVENT_KEY) or (msg.get(EVENT_KEY) if isinstance(msg, dict) else None)
+    out = res.get("stdout")
+    if not key and isinstance(out, str) and out.startswith("{") and f'"{EVENT_KEY}"' in out:
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            doc = {}
+        key = doc.get(EVENT_KEY) if isinstance(doc, dict) else None
+    return str(key or LEGACY_EVENTS.get(data.get("task", ""), ""))
+
+
+def reported(data: dict) -> dict:
+    """What a reporting debug task reported (its msg dict), else the result itself."""
+    res = data.get("res") or {}
+    msg = res.get("msg")
+    return msg if isinstance(msg, dict) and EVENT_KEY in msg else res
+
+
 PLAN_SUMMARY = "plan-summary.json"
-# playbooks/plays/departed.yml and prune.yml (deploy): the decision about the hosts that left
-# the Plan (glmops.generations.departed) and the last task of a host's prune
-DEPARTED_TASK = "Decide what to do about the hosts that left the Plan"
-PRUNED_TASK = "Drop the current generation and the deploy stamp of the host that left the Plan"
 # ssh's words for an unknown or changed host key (StrictHostKeyChecking=yes), and what to do
 HOST_KEY_FAILURE = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED"
                               r"|No (ED25519|ECDSA|RSA)? ?host key is known")
@@ -116,7 +168,7 @@ class RunResult:
     plan: dict[str, Any] | None = None
     # the plan play refused the inventory: its message, one problem per line after the first
     plan_problems: str = ""
-    # the endpoint check (ENDPOINT_TASK) answered in this run; its msg
+    # the endpoint check (event ENDPOINT) answered in this run; its msg
     endpoint_answered: bool = False
     endpoint_msg: str = ""
     # deploy: what it decided about the hosts that left the Plan (glmops.generations.departed)
@@ -149,16 +201,15 @@ def run(
     console: Console | None = None,
     quiet: bool = False,
     on_event: Callable[[dict], None] | None = None,
+    planned: planning.Planned | None = None,
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return what happened.
 
     ``extravars`` must hold no secret (they are written into the run dir).
     ``check``/``diff``/``limit`` map to ``--check``/``--diff``/``--limit``.
+    ``planned``: the Plan the verb built for this run, handed to the plan play (see the
+    module docstring).
     """
-    import ansible_runner
-
-    from glmops.inventory import check_run_target
-
     check_run_target(inventory, limit)  # ValidationError (exit 2) before any host: no hosts, bad --limit
     console = console or make_console()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -193,13 +244,16 @@ def run(
         "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
     started = time.monotonic()
-    with _secrets_out_of_environ():
+    extra = {**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)}
+    with _secrets_out_of_environ(), _handoff(planned) as handoff:
+        if handoff:
+            extra["glmops_plan_handoff"] = handoff
         r = ansible_runner.run(
             private_data_dir=str(rundir),
             project_dir=str(REPO),
             playbook=str(PLAYBOOKS / playbook),
             inventory=str(Path(inventory).resolve()),
-            extravars={**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)},
+            extravars=extra,
             cmdline=" ".join(cmdline) or None,
             # the first play (validate + plan) runs on localhost: keep it inside any --limit
             limit=f"{limit},localhost" if limit else None,
@@ -224,10 +278,30 @@ def run(
     return result
 
 
-# Environment variables that hold secrets. ansible-runner writes the whole environment of the
-# run into its artifacts (artifacts/<ident>/command), so these are taken out of the environment
-# for the duration of the run; secrets reach hosts only through 0600 files or no_log vars.
-from glmops.model import SECRET_NAME as _SECRET_ENV  # noqa: E402  (the one home of secret patterns)
+@contextlib.contextmanager
+def _handoff(planned: planning.Planned | None):
+    """The path of ``planned``'s handoff (:func:`glmops.planning.handoff`: env files, so
+    secrets) as a 0600 file in a 0700 temporary directory, removed when the run ends; None
+    without a Plan."""
+    if planned is None:
+        yield None
+        return
+    tdir = tempfile.mkdtemp(prefix="glmops-plan-")
+    try:
+        os.chmod(tdir, 0o700)
+        path = os.path.join(tdir, "plan.json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(planning.handoff(planned), fh)
+        yield path
+    finally:
+        shutil.rmtree(tdir, ignore_errors=True)
+
+
+# Environment variables that hold secrets (glmops.model.SECRET_NAME). ansible-runner writes the
+# whole environment of the run into its artifacts (artifacts/<ident>/command), so these are taken
+# out of the environment for the duration of the run; secrets reach hosts only through 0600 files
+# or no_log vars.
 
 
 def secret_env_names(environ: dict[str, str] | None = None) -> list[str]:
@@ -266,13 +340,14 @@ def _collect(result: RunResult, event: dict) -> None:
     task = data.get("task", "")
     stats.last_task = task
     res = data.get("res") or {}
+    key = event_of(data)
     if kind == "runner_on_ok":
         stats.ok += 1
         stats.changed += 1 if res.get("changed") else 0
     elif kind == "runner_on_failed" and not data.get("ignore_errors"):
         stats.failed += 1
         msg = _failure_text(res)
-        if task == PLAN_TASK and host == "localhost":
+        if key == PLAN and host == "localhost":
             result.plan_problems = msg
         stats.messages.append(msg)
         stats.failed_task = stats.failed_task or task
@@ -287,10 +362,10 @@ def _collect(result: RunResult, event: dict) -> None:
         result.failures.append(f"{host}: UNREACHABLE: {msg}")
     elif kind == "runner_on_skipped":
         stats.skipped += 1
-    if task == ENDPOINT_TASK and kind == "runner_on_ok" and not res.get("skipped"):
+    if key == ENDPOINT and kind == "runner_on_ok" and not res.get("skipped"):
         result.endpoint_answered = True
         result.endpoint_msg = str(res.get("msg") or "")
-    if task in (READY_TASK, STATUS_TASK, STATE_TASK, READ_TASK) and res.get("stdout"):
+    if key in (READY, STATUS, STATE, READ) and res.get("stdout"):
         try:
             rows = json.loads(res["stdout"]).get("services", [])
         except ValueError:
@@ -298,20 +373,23 @@ def _collect(result: RunResult, event: dict) -> None:
         for row in rows:
             row["host"] = host
             row["task"] = task
+            row["event"] = key
             result.services = [s for s in result.services
                                if not (s["host"] == host and s["unit"] == row["unit"])]
             result.services.append(row)
-    if task == DEPARTED_TASK and kind == "runner_on_ok":
-        result.departed = (res.get("ansible_facts") or {}).get("glmops_departed")
-    if task == PRUNED_TASK and kind == "runner_on_ok" and host not in result.pruned:
+    if kind != "runner_on_ok":
+        return
+    if DEPARTED_FACT in (res.get("ansible_facts") or {}):
+        result.departed = res["ansible_facts"][DEPARTED_FACT]
+    if key == PRUNED and host not in result.pruned:
         result.pruned.append(host)
-    if task in OUTPUT_TASKS and kind == "runner_on_ok":
-        result.outputs.append({"host": host, "task": task, "res": res})
+    if key == JOURNAL:
+        result.outputs.append({"host": host, "task": task, "res": reported(data)})
 
 
 def gate_waiting(host: str, res: dict) -> list[str]:
     """One line per unit the readiness gate still waits for, from one of its windows (a
-    ``runner_retry`` result of READY_TASK, roles/engine_service/files/glmops_hostctl.py ``ready
+    ``runner_retry`` result of the gate (event :data:`READY`, roles/engine_service/files/glmops_hostctl.py ``ready
     --window``): ``host unit: waiting 95 s for /health (... answered 503)``."""
     try:
         rows = json.loads(res.get("stdout") or "{}").get("services", [])
@@ -341,8 +419,6 @@ def _failure_text(res: dict) -> str:
 def diff_text(res: dict) -> str:
     """Unified diff text of a task result's ``diff`` (a dict or a list of dicts with
     ``before``/``after`` and optional headers), as ``ansible-playbook --diff`` shows it."""
-    import difflib
-
     items = res.get("diff") or []
     items = items if isinstance(items, list) else [items]
     out = []
@@ -362,8 +438,8 @@ def diff_text(res: dict) -> str:
 #: role argument checks Ansible adds per role and host: shown only when they fail
 _ARGSPEC_TASK = "Validating arguments against arg spec"
 
-#: tasks whose retry events another printer shows (glmops download's ProgressPrinter)
-RETRY_SILENT: set[str] = {"Download progress"}
+#: event keys whose retry events another printer shows (glmops download's ProgressPrinter)
+RETRY_SILENT: set[str] = {DOWNLOAD_PROGRESS}
 #: per task, the least seconds between two printed retry lines of one host (default: every retry;
 #: the task's ``delay`` sets the pace)
 RETRY_EVERY_S: dict[str, float] = {}
@@ -398,8 +474,6 @@ class _Progress:
         self.play_shown = True
         self.retried: dict[tuple[str, str], float] = {}
         if console.is_terminal and not quiet:
-            from rich.live import Live
-
             self.live = Live(self._table(), console=console, refresh_per_second=4, transient=True)
             self.live.start()
 
@@ -453,7 +527,9 @@ class _Progress:
         }.get(kind, kind)
         if kind == "runner_on_failed" and data.get("ignore_errors"):
             state = "failed (ignored)"
-        if data.get("task") == READ_TASK and kind == "runner_on_ok" and res.get("msg"):
+        if kind == "runner_on_ok" and isinstance(res.get("msg"), dict) and EVENT_KEY in res["msg"]:
+            return  # a reporting task: what it reports is the CLI's to show, not a progress line
+        if event_of(data) == READ and kind == "runner_on_ok" and res.get("msg"):
             state = f"ok: {res['msg']}"
         self._row(data["host"], data.get("task", ""), state)
         if (not self.live and not self.quiet and state != "skipped"
@@ -464,11 +540,12 @@ class _Progress:
         """One retry of a polling task on a host (ansible-runner's ``runner_retry`` event: the
         result of the attempt in ``res``, with ``attempts`` and ``retries``): a line (or the live
         row) ``waiting: <retry_text(res)>``, at most one per ``RETRY_EVERY_S[task]`` seconds
-        and host; tasks in ``RETRY_SILENT`` are shown by their own printer."""
+        and host; events in ``RETRY_SILENT`` are shown by their own printer."""
         host, task = data["host"], data.get("task", "")
-        if task in RETRY_SILENT:
+        key = event_of(data)
+        if key in RETRY_SILENT:
             return
-        if task == READY_TASK:  # one of the gate's windows: a line per unit it still waits for
+        if key == READY:  # one of the gate's windows: a line per unit it still waits for
             for line in gate_waiting(host, data.get("res") or {}):
                 self._row(host, task, line[17:])
                 if not self.live and not self.quiet:
@@ -553,15 +630,15 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
 
 
 def endpoint_answered(result: RunResult, plan: dict | None) -> bool:
-    """True when this run saw the endpoint answer: its endpoint check (``ENDPOINT_TASK``) passed,
-    or this run's readiness gate (``READY_TASK``) passed the front door whose one-token URL is the
+    """True when this run saw the endpoint answer: its endpoint check (event :data:`ENDPOINT`) passed,
+    or this run's readiness gate (event :data:`READY`) passed the front door whose one-token URL is the
     endpoint's (``glmops restart`` gates the router that way and has no separate check)."""
     if result.endpoint_answered:
         return True
     ready_url = (plan or {}).get("endpoint_ready_url")
     doors = {(s.get("host"), s.get("unit")) for s in (plan or {}).get("services", [])
              if ready_url and s.get("ready_url") == ready_url}
-    return any(s.get("ready") and s.get("task") == READY_TASK and (s.get("host"), s.get("unit")) in doors
+    return any(s.get("ready") and s.get("event") == READY and (s.get("host"), s.get("unit")) in doors
                for s in result.services)
 
 

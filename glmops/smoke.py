@@ -765,12 +765,12 @@ REQUEST_LINE = re.compile(r'"POST /v1/(chat/)?completions HTTP/1\.[01]" 200|POST
 
 def journal_reader(inventory: str) -> Callable[[Worker, float], int | None]:
     """A ``log_reader`` counting request lines in a worker's journal since a time, through
-    SSH with the inventory's connection variables (``glmops.commands.deploy.ssh_command``).
+    SSH with the inventory's connection variables (``glmops.ssh.ssh_command``).
     Returns None when SSH or journalctl fails."""
     import subprocess
 
     def read(worker: Worker, since: float) -> int | None:
-        from glmops.commands.deploy import ssh_command
+        from glmops.ssh import ssh_command
 
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(since - 1))
         argv = ssh_command(inventory, worker.host, ["journalctl", "--utc", "--no-pager", "-o", "cat",
@@ -786,11 +786,14 @@ def journal_reader(inventory: str) -> Callable[[Worker, float], int | None]:
     return read
 
 
-def smoke_after_deploy(inventory: str, topology: str | None, console: Any) -> bool:
-    """What ``glmops deploy`` calls when it finished (unless ``--skip-smoke``): plan the
-    inventory, run every check with the default timeouts, print the table; True when no
-    check failed."""
-    target = load_target(inventory, topology)
+def smoke_after_deploy(inventory: str, topology: str | None, console: Any,
+                       target: SmokeTarget | dict | None = None) -> bool:
+    """What ``glmops deploy`` calls when it finished (unless ``--skip-smoke``): run every
+    check with the default timeouts against ``target`` (the run's, as a dict from the plan
+    play's summary; None: plan the inventory), print the table; True when no check failed."""
+    if isinstance(target, dict):
+        target = SmokeTarget(**{**target, "workers": [Worker(**w) for w in target.get("workers") or []]})
+    target = target or load_target(inventory, topology)
     report = run(target, log_reader=journal_reader(inventory))
     render_table(report, console)
     return report.ok
@@ -799,12 +802,6 @@ def smoke_after_deploy(inventory: str, topology: str | None, console: Any) -> bo
 def load_target(inventory: str, topology: str | None = None) -> SmokeTarget:
     """Inventory -> Deployment -> Plan -> :class:`SmokeTarget`. Raises
     ``glmops.model.ValidationError`` with every problem when the inventory is invalid."""
-    from glmops import rules
-    from glmops.inventory import load_deployment
-    from glmops.model import ValidationError
+    from glmops import planning  # planning.Planned.smoke_target builds through this module
 
-    dep = load_deployment(inventory, topology=topology)
-    plan, problems = rules.validate(dep)
-    if problems or plan is None:
-        raise ValidationError(problems)
-    return target_from_plan(plan, dep)
+    return planning.load(inventory, topology).smoke_target()

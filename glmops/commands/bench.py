@@ -7,17 +7,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
+from glmops import bench as b
+from glmops import planning
+from glmops.model import ValidationError
+from glmops.output import console as make_console
+from glmops.output import stamp
+from glmops.smoke import endpoint_problem
+from glmops.ssh import ssh_command
+
 DEFAULT_OUT = ".glmops/bench"
 
 
 def _fail(problems: list[str], code: int = 2) -> None:
-    from glmops.output import console as make_console
-
     err = make_console(stderr=True)
     err.print(f"{len(problems)} problem(s); nothing run:" if code == 2 else "bench failed:")
     for p in problems:
@@ -59,12 +66,6 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
     Markdown table and a Pareto PNG under OUT/<UTC time>-<deployment>/."""
     if ctx.invoked_subcommand is not None:
         return
-    from dataclasses import replace
-
-    from glmops.output import console as make_console
-
-    from glmops import bench as b
-
     console = make_console()
     problems: list[str] = []
     cfg = replace(b.QUICK) if quick else b.SweepConfig()
@@ -82,22 +83,15 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
     plan = dep = None
     target = None
     if inventory:
-        from glmops import rules
-        from glmops.inventory import load_deployment
-        from glmops.model import ValidationError
-
         try:
-            dep = load_deployment(inventory, topology=topology)
-            plan, plan_problems = rules.validate(dep)
-            problems += [str(p) for p in plan_problems]
+            planned = planning.load(inventory, topology)
+            dep, plan = planned.deployment, planned.plan
         except ValidationError as exc:
             problems += [str(p) for p in exc.problems]
         if plan is not None and not problems:
             target = b.target_from_plan(plan, dep, tokenizer)
     elif not (endpoint and model):
         problems.append("give -i/--inventory, or both --endpoint and --model")
-    from glmops.smoke import endpoint_problem
-
     bad_url = endpoint_problem("--endpoint", endpoint)
     if bad_url:
         problems.append(bad_url)
@@ -153,8 +147,6 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
                   f"ISL {cfg.isl} / OSL {cfg.osl}, {cfg.multi_round} rounds, client aiperf {version} on {host}, "
                   f"{target.gpus} {target.gpu_basis}(s), tokenizer {target.tokenizer}")
 
-    from glmops.output import stamp
-
     def progress(i, n, c, point):
         if point is None:
             console.print(f"{stamp()} [{i}/{n}] concurrency {c}: {cfg.num_prompts(c)} requests ...")
@@ -189,8 +181,6 @@ def _bench_host(choice: str, plan) -> str:
 
 
 def _remote(inventory: str | None, host: str):
-    from glmops.commands.deploy import ssh_command
-
     def remote(argv: list[str]) -> list[str]:
         return ssh_command(inventory, host, argv)
 
@@ -209,8 +199,6 @@ def _remote(inventory: str | None, host: str):
 @click.option("--json", "as_json", is_flag=True, help="Print the deltas as JSON.")
 def compare_cmd(run_a, run_b, as_json):
     """Print per-concurrency deltas between two result directories (B relative to A)."""
-    from glmops import bench as b
-
     try:
         meta_a, pa = b.load_run(Path(run_a))
         meta_b, pb = b.load_run(Path(run_b))

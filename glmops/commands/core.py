@@ -12,7 +12,9 @@ import sys
 import click
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
+from glmops import planning
 from glmops.commands.plan import plan  # noqa: F401  (verb table: glmops.commands.core:plan)
+from glmops.model import ValidationError
 
 
 def _summary(dep, the_plan) -> str:
@@ -36,15 +38,12 @@ def _summary(dep, the_plan) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(inventory: str, topology: str | None, as_json: bool) -> None:
     """Check an inventory without contacting any host; print every problem (exit 2)."""
-    from glmops import rules
-    from glmops.inventory import load_deployment
-    from glmops.model import ValidationError
-
     dep = None
     the_plan = None
+    problems = []
     try:
-        dep = load_deployment(inventory, topology=topology)
-        the_plan, problems = rules.validate(dep)
+        planned = planning.load(inventory, topology)
+        dep, the_plan = planned.deployment, planned.plan
     except ValidationError as exc:
         problems = exc.problems
     if as_json:

@@ -1,7 +1,6 @@
-"""Day-2 verbs: ``glmops history``, ``glmops upgrade``, ``glmops rollback``.
+"""Day-2 verbs: ``glmops upgrade``, ``glmops rollback`` (``glmops history`` and the read
+they share: ``glmops.commands.history``).
 
-* ``history``: the generations each host keeps (``roles/generation``, recorded by every
-  deploy, serve and upgrade under ``<state_dir>/_records/<dep>/generations/<N>``).
 * ``upgrade``: apply a changed engine version, image or settings (the inventory as it is
   now, plus ``--set key=value``) one replica at a time (``glmops.generations.steps``):
   each step takes its workers out of the router where the router allows it, waits for
@@ -17,21 +16,19 @@ Exit codes: 0 ok, 1 a step failed (named), 2 bad input or nothing to act on.
 """
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
 
 import click
-from glmops.commands.ansible_opts import ANSIBLE_OPTS, ANSIBLE_OPTS_LONG
 from rich.console import Console
-from rich.table import Table
 
+from glmops.commands.ansible_opts import ANSIBLE_OPTS, ANSIBLE_OPTS_LONG
 from glmops import generations as G
-from glmops import runner
+from glmops import planning, runner
+from glmops.commands.common import load_plan
+from glmops.commands.history import history, read_history  # noqa: F401  (history: the verb table's old home)
+from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.model import ValidationError
 from glmops.output import console as make_console
-from glmops.commands.deploy import INVENTORY, TOPOLOGY
-
-LIST_TASK = "Read the recorded generations"
 
 
 def _err(msg: str) -> None:
@@ -39,87 +36,9 @@ def _err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], str]:
-    """(generations dir, hosts, deployment name) from the inventory, without the rules:
-    history and rollback work on an inventory the rules reject."""
-    from glmops.inventory import load_deployment
-    from glmops.model import Problem, ValidationError
-    from glmops.rules import _NAME_RE
-
-    dep = load_deployment(inventory, topology=topology)
-    # what this verb uses must be sound even when the rest may not be: the deployment name and
-    # state dir choose the records read and restored, the addresses the hosts contacted
-    used = ("glmops_deployment", "glmops_state_dir", "ansible_host", "glmops_address")
-    problems = [p for p in dep.extra.get("problems") or []
-                if p.code in ("ADDRESS", "INVENTORY") or any(name in p.path for name in used)]
-    if not _NAME_RE.match(dep.name or ""):
-        problems.append(Problem("DEPLOYMENT_NAME", dep.source("name"),
-                                f"deployment name {dep.name!r} is not accepted: use 1-40 characters a-z, 0-9 and '-'",
-                                "set glmops_deployment, e.g. flash-b200"))
-    if problems:
-        raise ValidationError(problems)
-    hosts = list(dict.fromkeys([*dep.extra.get("workers", []), *dep.extra.get("routers", []),
-                                *(p for pool in dep.pools for p in (pool.hosts or [])),
-                                *([dep.router.host] if dep.router and dep.router.host else [])]))
-    from glmops.deploystate import records_dir
-
-    return f"{records_dir(dep.state_dir, dep.name)}/generations", hosts, dep.name
-
-
-def read_history(inventory: str, topology: str | None, console: Console | None = None
-                 ) -> tuple[dict[str, dict[str, Any]], runner.RunResult, str, list[str]]:
-    """host -> {"generations": [manifest], "current": N|None}, the run, the dir, the hosts."""
-    gen_dir, hosts, _ = _deployment(inventory, topology)
-    got: dict[str, dict[str, Any]] = {}
-
-    def on_event(event: dict) -> None:
-        data = event.get("event_data") or {}
-        if event.get("event") == "runner_on_ok" and data.get("task") == LIST_TASK:
-            try:
-                got[data["host"]] = json.loads((data.get("res") or {}).get("stdout", ""))
-            except ValueError:
-                pass
-
-    result = runner.run("history", "history.yml", inventory,
-                        {"glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir},
-                        console=console or make_console(stderr=True), quiet=True, on_event=on_event)
-    return {h: got.get(h, {"generations": [], "current": None}) for h in hosts}, result, gen_dir, hosts
-
-
-@click.command("history")
-@ANSIBLE_OPTS
-@INVENTORY
-@TOPOLOGY
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: per host its generations and the current one.")
-def history(inventory, topology, as_json):
-    """List the generations recorded on every host (newest last; * = current)."""
-    console = make_console()
-    hist, result, gen_dir, _ = read_history(inventory, topology)
-    if as_json:
-        click.echo(json.dumps({"dir": gen_dir, "hosts": hist, "failures": result.failures}, indent=2))
-        sys.exit(0 if result.ok else 1)
-    table = Table(title=f"generations ({gen_dir})")
-    for col in ("host", "gen", "recorded (UTC)", "by", "engine runtimes", "checkpoint", "plan", "units"):
-        table.add_column(col)
-    for host, got in hist.items():
-        if not got["generations"]:
-            table.add_row(host, "-", "-", "-", "-", "-", "-", "none recorded")
-        for g in got["generations"]:
-            mark = "*" if g["number"] == got["current"] else " "
-            runtimes = ", ".join(f"{r['engine']} {r['version']}" for r in g.get("runtimes", [])) or \
-                ", ".join(g.get("images", [])) or "-"
-            ck = g.get("checkpoint", {})
-            table.add_row(host, f"{g['number']}{mark}", g.get("recorded_at", ""), g.get("source", ""), runtimes,
-                          f"{ck.get('repo', '')}@{str(ck.get('revision', ''))[:12]}", str(g.get("plan_hash", ""))[:12],
-                          ", ".join(u["unit"] for u in g.get("units", [])))
-    console.print(table)
-    for failure in result.failures:
-        console.print(f"failed {failure}", markup=False)
-    sys.exit(0 if result.ok else 1)
-
-
-def _run_step(verb: str, playbook: str, inventory: str, extravars: dict, console: Console) -> runner.RunResult:
-    return runner.run(verb, playbook, inventory, extravars, console=console)
+def _run_step(verb: str, playbook: str, inventory: str, extravars: dict, console: Console,
+              planned: planning.Planned | None = None) -> runner.RunResult:
+    return runner.run(verb, playbook, inventory, extravars, console=console, planned=planned)
 
 
 def _not_ready(result: runner.RunResult) -> list[str]:
@@ -140,19 +59,15 @@ def _not_ready(result: runner.RunResult) -> list[str]:
 def upgrade(inventory, topology, sets, check, drain_timeout):
     """Roll a changed engine version, image or setting out one replica at a time, each
     gated on readiness and a one-token request; stop at the first failure."""
-    from glmops.commands.deploy import load_plan
-
     console = make_console()
     overrides, problems = G.parse_sets(sets)
     if overrides or problems:
-        from glmops.deployview import PlanProblems, plan_view
-
         # every problem at once: the --set items that did not parse, then the inventory's own
         # problems with the ones that did
         found = [str(p) for p in problems]
         try:
-            plan = plan_view(inventory, topology, overrides)
-        except PlanProblems as exc:
+            planned = planning.load(inventory, topology, overrides)
+        except ValidationError as exc:
             found += [str(p) for p in exc.problems]
         if found:
             _err(f"{len(found)} problem(s) in {inventory} with --set; no host contacted:")
@@ -160,7 +75,8 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
                 _err(f"  {p}")
             sys.exit(2)
     else:
-        plan = load_plan(inventory, topology)
+        planned = load_plan(inventory, topology)
+    plan = planned.view()
     hist, result, gen_dir, _ = read_history(inventory, topology)
     if not result.ok:
         _err("cannot read the generations:\n" + "\n".join(result.failures))
@@ -202,7 +118,8 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
         base["glmops_topology"] = topology
     if runtimes_changed:
         console.print(f"{runner.stamp()} [bold]step[/bold] install engine runtimes")
-        res = _run_step("upgrade", "upgrade.yml", inventory, {**base, "glmops_step": {"kind": "runtimes"}}, console)
+        res = _run_step("upgrade", "upgrade.yml", inventory, {**base, "glmops_step": {"kind": "runtimes"}}, console,
+                        planned)
         if not res.ok:
             runner.print_summary(res, console, plan)
             _err(f"upgrade stopped before any restart: installing the runtimes failed; generation {old_number} serves")
@@ -212,7 +129,7 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
     for step in plan_steps:
         console.print(f"{runner.stamp()} [bold]step[/bold] {step.name}: {', '.join(step.units) or 'router'}")
         res = _run_step("upgrade", "upgrade.yml", inventory,
-                        {**base, "glmops_step": step.extravar(drain_timeout_s=drain_timeout)}, console)
+                        {**base, "glmops_step": step.extravar(drain_timeout_s=drain_timeout)}, console, planned)
         if res.ok:
             done.append(step.name)
             continue

@@ -23,15 +23,18 @@ from rich.console import Console
 from rich.table import Table
 
 from glmops import runner
+from glmops.checkpoint import human
+from glmops.commands.common import load_plan
 from glmops.output import console as make_console
+from glmops.smoke import endpoint_problem
 
-PROGRESS_TASK = "Download progress"
-OUTPUT_TASK = "Glmops output checkpoint"
+#: the event key of roles/checkpoint's progress polls (glmops_checkpoint action=progress)
+PROGRESS_TASK = runner.DOWNLOAD_PROGRESS
+#: the fact roles/checkpoint's last task sets per host: that host's result
+OUTPUT_FACT = "checkpoint_result"
 
 
 def _human(n: float) -> str:
-    from glmops.checkpoint import human
-
     return human(n)
 
 
@@ -46,7 +49,7 @@ class ProgressPrinter:
 
     def __call__(self, event: dict) -> None:
         data = event.get("event_data") or {}
-        if data.get("task") != PROGRESS_TASK or event.get("event") not in ("runner_retry", "runner_on_ok"):
+        if runner.event_of(data) != PROGRESS_TASK or event.get("event") not in ("runner_retry", "runner_on_ok"):
             return
         res = data.get("res") or {}
         host = data.get("host", "?")
@@ -94,8 +97,8 @@ def results(outputs: list[dict]) -> list[dict[str, Any]]:
     rows = []
     for ev in outputs:
         facts = ((ev.get("event_data") or {}).get("res") or {}).get("ansible_facts") or {}
-        if "checkpoint_result" in facts:
-            rows.append(facts["checkpoint_result"])
+        if OUTPUT_FACT in facts:
+            rows.append(facts[OUTPUT_FACT])
     return rows
 
 
@@ -113,16 +116,13 @@ def results(outputs: list[dict]) -> list[dict[str, Any]]:
 def download(inventory, topology, mode, endpoint, check, limit, as_json):
     """Fetch the checkpoint once at its pinned commit, verify every file against the hub's
     metadata and distribute it (per_node | fanout | shared)."""
-    from glmops.commands.deploy import load_plan
-    from glmops.smoke import endpoint_problem
-
     bad = endpoint_problem("--endpoint", endpoint)
     if bad:  # before the inventory is planned and before any request
         click.echo(f"error: {bad}; nothing was contacted", err=True)
         sys.exit(2)
     console = make_console(stderr=as_json)
-    plan = load_plan(inventory, topology)
-    ck = plan["checkpoint"]
+    planned = load_plan(inventory, topology)
+    ck = planned.checkpoint()  # only the checkpoint section: no unit rendered here
     console.print(f"checkpoint {ck['repo']}@{ck['revision'] or '(pin at download)'} -> {ck['local_dir']} "
                   f"on {', '.join(ck['hosts'])} ({mode or ck['mode']})")
     extravars: dict[str, Any] = {}
@@ -139,12 +139,13 @@ def download(inventory, topology, mode, endpoint, check, limit, as_json):
     def on_event(event: dict) -> None:
         progress(event)
         data = event.get("event_data") or {}
-        if data.get("task") == OUTPUT_TASK and event.get("event") == "runner_on_ok":
+        facts = (data.get("res") or {}).get("ansible_facts") or {}
+        if OUTPUT_FACT in facts and event.get("event") == "runner_on_ok":
             outputs.append(event)
 
     try:
         result = runner.run("download", "download.yml", inventory, extravars, check=check, limit=limit,
-                            console=console, quiet=as_json, on_event=on_event)
+                            console=console, quiet=as_json, on_event=on_event, planned=planned)
     finally:
         if token_dir:
             shutil.rmtree(token_dir, ignore_errors=True)

@@ -21,7 +21,11 @@ import sys
 from pathlib import Path
 
 import click
+from ansible.vars.manager import VariableManager
+
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from glmops.inventory import ADDRESS, _parse
+from glmops.model import Problem, ValidationError
 
 #: seconds ssh-keyscan waits for one host
 KEYSCAN_TIMEOUT_S = 5
@@ -42,11 +46,6 @@ def _known_hosts_file(host_vars: dict, default: str) -> str:
 def targets(inventory: str, default_file: str) -> list[tuple[str, str, int, str]]:
     """``(inventory name, address, port, known_hosts file)`` per host (inventory order).
     Raises ValidationError for an unreadable inventory or an address/port that is not one."""
-    from glmops.inventory import ADDRESS, _parse
-    from glmops.model import Problem, ValidationError
-
-    from ansible.vars.manager import VariableManager
-
     inv, loader = _parse(inventory)
     variables = VariableManager(loader=loader, inventory=inv)
     out, problems = [], []
@@ -132,8 +131,6 @@ def accept(address: str, port: int, known_file: str) -> tuple[str, str]:
               help="known_hosts file for hosts whose inventory names none (UserKnownHostsFile=).")
 def known_hosts(inventory: str, known_file: str) -> None:
     """Accept the SSH host keys of the inventory's hosts (ssh-keyscan; never replaces a changed key)."""
-    from glmops.model import ValidationError
-
     try:
         hosts = targets(inventory, os.path.expanduser(known_file))
     except ValidationError as exc:

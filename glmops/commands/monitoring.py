@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
+
+from glmops import monitoring, planning
+from glmops.model import ValidationError
 
 
 @click.command("targets")
@@ -18,12 +22,9 @@ def targets(inventory: str, topology: str | None, out_file: str | None) -> None:
     """Print the deployment's Prometheus file_sd targets: every worker, the router/frontend
     and the enabled exporters, labelled deployment/host/role/pool/engine/replica/service
     (exit 2 on bad input; no host contacted)."""
-    from glmops import monitoring
-    from glmops.commands.plan import load_plan
-    from glmops.model import ValidationError
-
     try:
-        dep, the_plan = load_plan(inventory, topology)
+        planned = planning.load(inventory, topology)
+        dep, the_plan = planned.deployment, planned.plan
     except ValidationError as exc:
         click.echo(f"{len(exc.problems)} problem(s) in {inventory}:", err=True)
         for p in exc.problems:
@@ -31,8 +32,6 @@ def targets(inventory: str, topology: str | None, out_file: str | None) -> None:
         sys.exit(2)
     text = monitoring.targets_json(dep, the_plan)
     if out_file:
-        from pathlib import Path
-
         Path(out_file).write_text(text, encoding="utf-8")
         click.echo(f"wrote {len(monitoring.targets(dep, the_plan))} targets to {out_file}", err=True)
     else:

@@ -1,7 +1,7 @@
 """``glmops plan``: validate an inventory, then show (or write) what a deploy would do.
 
-Re-exported by ``glmops.commands.core`` (the verb table points there). Heavy modules
-(Ansible, jinja2, the engines) are imported inside the command, never at import time.
+Re-exported by ``glmops.commands.core`` (the verb table points there). Plans through
+:func:`glmops.planning.load`, the one door into a Plan.
 """
 from __future__ import annotations
 
@@ -9,31 +9,16 @@ import json
 import sys
 
 import click
+import yaml
+
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
-
-
-def load_plan(inventory: str, topology: str | None):
-    """Inventory -> (Deployment, Plan), validating first.
-
-    ``glmops.rules.validate`` collects every problem (inventory shape, rules, placement,
-    port collisions) and they are raised together as one ValidationError; no host is
-    contacted.
-    """
-    from glmops import rules
-    from glmops.inventory import load_deployment
-    from glmops.model import ValidationError
-
-    dep = load_deployment(inventory, topology=topology)
-    the_plan, problems = rules.validate(dep)
-    if problems or the_plan is None:
-        raise ValidationError(problems)
-    return dep, the_plan
+from glmops import planning, render
+from glmops.model import ValidationError, is_secret
+from glmops.plan import summary_rows
 
 
 def table_text(plan) -> str:
     """Per host: service, role, GPUs, ports, health URL; then endpoint, smoke, notes."""
-    from glmops.plan import summary_rows
-
     rows = summary_rows(plan)
     cols = ["host", "service", "role", "gpus", "ports", "health"]
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in cols}
@@ -59,8 +44,6 @@ def redacted(data, secret_values=frozenset()):
     are secrets themselves (a URL with a password, a token, a Vault value: ``secret_values``)
     and argv words after a secret flag. The env files (``--out``, mode 0600) carry them, the
     printed Plan does not. Patterns: ``glmops.model.is_secret``."""
-    from glmops.model import is_secret
-
     if isinstance(data, dict):
         return {k: "<redacted>" if isinstance(k, str) and isinstance(v, (str, int, float)) and is_secret(k, v, secret_values)
                 else redacted(v, secret_values) for k, v in data.items()}
@@ -91,17 +74,14 @@ def redacted(data, secret_values=frozenset()):
               help="Write every file a deploy would place, as OUT/<host>/<path>.")
 def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) -> None:
     """Show which services run where, with which flags (exit 2 on bad input)."""
-    from glmops.model import ValidationError
-
     if out_dir is not None and not out_dir.strip():
         click.echo("error: --out '' names no directory; accepted: a directory path", err=True)
         sys.exit(2)
     try:
-        dep, the_plan = load_plan(inventory, topology)
+        planned = planning.load(inventory, topology)
+        dep, the_plan = planned.deployment, planned.plan
         written = []
         if out_dir:
-            from glmops import render
-
             written = render.write_tree(dep, the_plan, out_dir)
     except ValidationError as exc:
         click.echo(f"{len(exc.problems)} problem(s) in {inventory}:", err=True)
@@ -114,8 +94,6 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) ->
     if fmt == "json":
         click.echo(json.dumps(redacted(the_plan.to_dict(), dep.extra.get("secret_values") or frozenset()), indent=2))
     elif fmt == "yaml":
-        import yaml
-
         click.echo(yaml.safe_dump(redacted(the_plan.to_dict(), dep.extra.get("secret_values") or frozenset()), sort_keys=False), nl=False)
     else:
         click.echo(table_text(the_plan), nl=False)

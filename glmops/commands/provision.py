@@ -15,41 +15,41 @@ import sys
 from typing import Any
 
 import click
-from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.manager import VariableManager
 from rich.console import Console
 from rich.table import Table
 
-from glmops import runner
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from glmops import planning, runner
+from glmops.commands.common import load_plan
+from glmops.commands.options import INVENTORY, LIMIT
 from glmops.output import console as make_console
 
-INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exists=True),
-                         help="Ansible inventory (directory or file).")
-LIMIT = click.option("--limit", default=None, help="Ansible --limit pattern.")
+#: the event key of the prechecks' report (roles/prechecks glmops_prechecks, glmops.runner.event_of)
+PRECHECK_EVENT = "precheck_report"
+#: the report task's name: a report without the key is still recognised by it (runner.LEGACY_EVENTS)
 PRECHECK_TASK = "glmops output prechecks"
 
 
 def has_deployment(inventory: str) -> bool:
     """True when any host of ``inventory`` sets ``glmops_model`` (read with Ansible's own API)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.vars.manager import VariableManager
-
     loader = DataLoader()
     inv = InventoryManager(loader=loader, sources=[inventory])
     variables = VariableManager(loader=loader, inventory=inv)
     return any("glmops_model" in variables.get_vars(host=h) for h in inv.get_hosts())
 
 
-def _validate(inventory: str) -> None:
-    if has_deployment(inventory):
-        from glmops.commands.deploy import load_plan
-
-        load_plan(inventory, None)  # exits 2 printing every problem
+def _validate(inventory: str) -> planning.Planned | None:
+    """The deployment's Plan when the inventory has one (bad input: exit 2 printing every
+    problem), else None."""
+    return load_plan(inventory, None) if has_deployment(inventory) else None
 
 
 class ReportCollector:
     """An ``on_event`` callback for :func:`glmops.runner.run`: keeps the precheck report of each
-    host (the result of the task named :data:`PRECHECK_TASK`)."""
+    host (the result whose event key is :data:`PRECHECK_EVENT`)."""
 
     def __init__(self) -> None:
         self.reports: dict[str, dict[str, Any]] = {}
@@ -57,7 +57,7 @@ class ReportCollector:
     def __call__(self, event: dict) -> None:
         data = event.get("event_data") or {}
         res = data.get("res") or {}
-        if (event.get("event") == "runner_on_ok" and data.get("task") == PRECHECK_TASK
+        if (event.get("event") == "runner_on_ok" and runner.event_of(data) == PRECHECK_EVENT
                 and isinstance(res.get("report"), dict)):
             self.reports[data["host"]] = res["report"]
 
@@ -106,7 +106,7 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
     """Install the NVIDIA driver branch (fabric manager and nvlsm in lockstep, held), the
     container toolkit, and run every precheck."""
     console = make_console()
-    _validate(inventory)
+    planned = _validate(inventory)
     extravars: dict[str, Any] = {}
     if no_reboot:
         extravars["nvidia_driver_reboot"] = False
@@ -116,7 +116,7 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
     collector = ReportCollector()
     result = runner.run("provision", "provision.yml", inventory, extravars,
                         check=check, diff=diff, limit=limit, console=console,
-                        on_event=collector)
+                        on_event=collector, planned=planned)
     runner.print_summary(result, console)
     nodes = reports(result, collector.reports)
     if nodes and not check:
@@ -133,10 +133,10 @@ def check(inventory, limit, as_json):
     """Check every host against what the deployment needs (OS, GPUs, driver, fabric manager,
     disk, /dev/shm, memlock, ports, time sync, RDMA devices); report all failures at once."""
     console = make_console(stderr=as_json)
-    _validate(inventory)
+    planned = _validate(inventory)
     collector = ReportCollector()
     result = runner.run("check", "check.yml", inventory, {}, limit=limit,
-                        console=make_console(stderr=True), quiet=as_json, on_event=collector)
+                        console=make_console(stderr=True), quiet=as_json, on_event=collector, planned=planned)
     nodes = reports(result, collector.reports)
     ok = result.ok and bool(nodes) and all(r["ok"] for r in nodes.values())
     if as_json:

@@ -11,6 +11,12 @@ import sys
 import click
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
+from glmops import smoke as sm
+from glmops.commands.common import deployed_topology
+from glmops.inventory import load_deployment
+from glmops.model import ValidationError
+from glmops.output import console as make_console
+
 CHECK_NAMES = "models, completion, reasoning, tool_call, structured, stream, image, disagg, acceptance"
 
 
@@ -42,11 +48,6 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
     """Check the endpoint: models, completion, reasoning effort, tool call, structured output,
     streaming, image, the prefill/decode split and the speculative acceptance rate. With -i
     and without --topology: the topology recorded on the hosts by the last deploy."""
-    from glmops.output import console as make_console
-
-    from glmops import smoke as sm
-    from glmops.model import ValidationError
-
     err = make_console(stderr=True)
     problems = []
     unknown = [n for n in _names(only) + _names(skip) if n not in sm.CHECKS]
@@ -60,9 +61,6 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
             problems += [str(p) for p in exc.problems]
         if target is not None and topology is None and not problems:
             # what the hosts record as deployed, not the inventory's default (issue 12)
-            from glmops.commands.deploy import deployed_topology
-            from glmops.inventory import load_deployment
-
             topology = deployed_topology(inventory, load_deployment(inventory).topology)
             target = sm.load_target(inventory, topology)
     elif not (endpoint and model):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -213,16 +212,3 @@ def test_sim_profile_host_has_strict_nvidia_smi():
         core.down(name, log=lambda m: None)
     assert traces(name, None, [f"{name}-lab-1"]) == []
 
-
-def test_molecule_systemd_unit_scenario():
-    env = {**os.environ, "PATH": f"{REPO / '.venv/bin'}:{os.environ['PATH']}", "ANSIBLE_FORCE_COLOR": "0",
-           "NO_COLOR": "1"}
-    r = subprocess.run([str(REPO / ".venv/bin/molecule"), "test", "-s", "systemd_unit"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=900)
-    out = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout + r.stderr)
-    assert r.returncode == 0, out[-4000:]
-    # the scenario recap: every action of the 8-step sequence ran and none failed
-    assert re.search(r"systemd_unit\s+: actions=8\s+successful=8\s+disabled=0\s+skipped=0\s+missing=0\s+failed=0", out), \
-        out[-3000:]
-    assert "PLAY [Converge]" in out and "PLAY [A changed env restarts only A]" in out
-    assert traces("mol-systemd-unit", None, ["mol-systemd-unit-lab-1"]) == []

@@ -162,7 +162,7 @@ def test_cli_verbs_are_registered():
 
 
 def test_rolling_steps_one_replica_or_pool_at_a_time():
-    from glmops.commands.deploy import rolling_steps
+    from glmops.commands.lifecycle import rolling_steps
 
     agg = rolling_steps(plan_view(str(LAB_INV), "agg"))
     assert agg == [("agg replica 0", ["glm-lab-agg-0.service"]), ("agg replica 1", ["glm-lab-agg-1.service"]),
@@ -342,7 +342,7 @@ def test_hostctl_stale_units_must_belong_to_the_deployment(tmp_path, monkeypatch
 
 
 def test_logs_follow_ssh_command_uses_the_inventory_connection():
-    from glmops.commands.deploy import ssh_command
+    from glmops.ssh import ssh_command
 
     argv = ssh_command(str(LAB_INV), "lab-2", ["journalctl", "-f", "--unit=glm-lab-decode-0.service"])
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]

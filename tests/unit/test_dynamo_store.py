@@ -21,7 +21,7 @@ from inventory_factory import write_inventory
 
 from glmops import rules
 from glmops.cli import main
-from glmops.commands.deploy import rolling_steps
+from glmops.commands.lifecycle import rolling_steps
 from glmops.deployview import view
 from glmops.inventory import load_deployment
 
@@ -253,7 +253,7 @@ def _inst(i: int, endpoint: str = "generate") -> dict:
                                             ([_inst(1), _inst(1, "clear_kv_blocks")], False)])
 def test_status_counts_the_registered_workers_and_fails_short_of_the_plan(tmp_path, listed, want_ok):
     from glmops import runner
-    from glmops.commands.deploy import status_rows
+    from glmops.commands.status import status_rows
 
     srv = _frontend({"status": "healthy", "instances": listed}, 200 if want_ok else 503)
     try:

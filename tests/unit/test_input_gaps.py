@@ -163,7 +163,7 @@ def test_upgrade_lists_set_and_inventory_problems_together(monkeypatch):
 
 @pytest.mark.parametrize("url", ["ftp://hub.local", "hub.local:8080", "http://", "https://h:99999", "file:///x"])
 def test_download_endpoint_must_be_http_url(monkeypatch, url):
-    from glmops.commands import deploy
+    from glmops.commands import download as deploy
 
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("a host was contacted"))
@@ -175,7 +175,7 @@ def test_download_endpoint_must_be_http_url(monkeypatch, url):
 
 def test_download_accepts_an_http_endpoint(monkeypatch):
     """A good URL gets past the check (to planning, stopped here)."""
-    from glmops.commands import deploy
+    from glmops.commands import download as deploy
 
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("a host was contacted"))

@@ -1,17 +1,21 @@
-"""ansible-lint (production profile) and yamllint (strict) pass on the deploy roles, the
-deploy and day-2 playbooks and the lab inventories."""
+"""ansible-lint (production profile) and yamllint (strict) pass on every role, every playbook
+(every playbooks/**/*.yml), every Molecule scenario and the shared Molecule
+config, the monitoring rules and the lab inventories: found by globbing, so a new role or
+playbook is linted without being listed here."""
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PATHS = ["roles/engine_service", "roles/router", "playbooks/deploy.yml", "playbooks/serve.yml",
-         "playbooks/status.yml", "playbooks/stop.yml", "playbooks/restart.yml", "playbooks/logs.yml",
-         "playbooks/destroy.yml", "playbooks/plays/plan.yml", "playbooks/plays/services.yml",
-         "playbooks/plays/departed.yml", "playbooks/plays/prune.yml", "playbooks/plays/record.yml",
-         "roles/monitoring", "playbooks/plays/monitoring.yml", "glmops/monitoring/rules",
-         "inventories/lab", "inventories/lab-b200sim", "inventories/lab-b200sim-sglang"]
+PATHS = sorted(
+    str(p.relative_to(REPO)) for p in [
+        *(d for d in (REPO / "roles").iterdir() if d.is_dir()),
+        *(REPO / "playbooks").rglob("*.yml"),
+        *(d for d in (REPO / "molecule").iterdir() if d.is_dir()), REPO / ".config" / "molecule",
+        REPO / "glmops" / "monitoring" / "rules",
+        *(d for d in (REPO / "inventories").glob("lab*") if d.is_dir()),
+    ])
 
 
 def test_yamllint_strict_clean():

@@ -54,6 +54,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         result["changed"] = False
+        result["glmops_event"] = "read"  # glmops.runner.event_of: the deploy's read of this host
         from glmops import deploystate, hostread, prechecks
 
         args = self._task.args

@@ -61,6 +61,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars or {})
         result["changed"] = False
+        result["glmops_event"] = "endpoint"  # glmops.runner.event_of: the endpoint answered (or not)
         args = self._task.args
         url, model = str(args.get("url") or ""), str(args.get("model") or "")
         if not url or not model:

@@ -3,9 +3,12 @@
 The one plugin through which every glmops playbook gets its Plan, so plain
 ``ansible-playbook -i INV playbooks/deploy.yml`` does exactly what ``glmops deploy``
 does. Use it in the first play (``hosts: localhost``, ``gather_facts: false``): it
-reads the inventory the play runs with, calls ``glmops.inventory.load_deployment``,
-``glmops.rules.check`` and ``glmops.plan.build``, and renders every file with
-``glmops.render``. No host is contacted.
+reads the inventory the play runs with and plans through ``glmops.planning.load`` (the one
+door: rules, ``glmops.plan.build``, the plan's checks), and renders every file with
+``glmops.render``. No host is contacted. When the CLI already planned this run it hands the
+Plan over (``handoff``): the plugin then only checks that it was planned from the same
+inventory, catalog, topology and overrides (``glmops.planning.take_handoff``) and plans
+again only when it was not.
 
 Options:
   inventory: path of the inventory (default: the play's first inventory source)
@@ -14,8 +17,12 @@ Options:
   summary:   path of a JSON file to write the Plan's secret-free summary into (the CLI's
              run dir: ``glmops.runner`` reads it for its summary table, so the CLI does not
              plan a second time): ``{deployment, model, served_model_name, engine, topology,
-             endpoint_url, services: [service view without paths]}``; the scrape targets go beside it
+             endpoint_url, services: [service view without paths], smoke_target}`` (smoke_target:
+             ``glmops.smoke.SmokeTarget`` as a dict: ``glmops deploy`` smokes it without planning
+             again); the scrape targets go beside it
              as ``file_sd/glmops-<dep>.json`` (glmops.monitoring.targets)
+  handoff:   path of the CLI's plan handoff (``glmops.runner`` passes ``glmops_plan_handoff``,
+             a 0600 file outside the run's artifacts; see ``glmops.planning``)
   precheck_needs: true (default) returns ``precheck_needs`` = ``{host: needs}`` beside ``plan``
              (:func:`glmops.prechecks.needs_for_deployment` of this Plan), so the prechecks
              role does not plan again per host
@@ -29,23 +36,29 @@ Returns (register it; plain data, no facts, so nothing lands in a fact cache):
 """
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import asdict
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
+from glmops import planning
+from glmops.inventory import play_inventory
+from glmops.model import ValidationError
 
 
 class ActionModule(ActionBase):
     """Validate + plan on the controller; see the module docstring."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("inventory", "topology", "overrides", "summary", "precheck_needs"))
+    _VALID_ARGS = frozenset(("inventory", "topology", "overrides", "summary", "precheck_needs", "handoff"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         result["changed"] = False
-
-        from glmops.inventory import play_inventory
+        result["glmops_event"] = "plan"  # glmops.runner.event_of: a refusal's problems
 
         inventory = self._task.args.get("inventory") or play_inventory(task_vars, or_inventory_dir=True)
         if not inventory:
@@ -53,26 +66,30 @@ class ActionModule(ActionBase):
                 "glmops_plan: no inventory: pass 'inventory:' or run with -i INVENTORY"
             )
         topology = self._task.args.get("topology") or None
-
-        from glmops.deployview import PlanProblems, plan_view
-
-        try:
-            view = plan_view(inventory, topology, self._task.args.get("overrides") or None,
-                             precheck_needs=bool(self._task.args.get("precheck_needs", True)))
-        except PlanProblems as exc:
-            lines = [str(p) for p in exc.problems]
-            result.update(
-                failed=True,
-                msg=f"glmops_plan: {len(lines)} problem(s) in {inventory}, no host contacted:\n"
-                + "\n".join(lines),
-                problems=[p.__dict__ for p in exc.problems],
-            )
-            return result
+        overrides = self._task.args.get("overrides") or None
+        want_needs = bool(self._task.args.get("precheck_needs", True))
+        handed = planning.take_handoff(self._task.args.get("handoff"), inventory, topology, overrides)
+        if handed is not None:  # the CLI planned this run from the same inputs: no second Plan
+            view, needs, smoke_target = handed["plan"], handed["precheck_needs"], handed["smoke_target"]
+        else:
+            try:
+                planned = planning.load(inventory, topology, overrides)
+            except ValidationError as exc:
+                lines = [str(p) for p in exc.problems]
+                result.update(
+                    failed=True,
+                    msg=f"glmops_plan: {len(lines)} problem(s) in {inventory}, no host contacted:\n"
+                    + "\n".join(lines),
+                    problems=[p.__dict__ for p in exc.problems],
+                )
+                return result
+            view, smoke_target = planned.view(), asdict(planned.smoke_target())
+            needs = planned.precheck_needs() if want_needs else None
         # beside the plan, not in it: the plan (and its hash in the generation records) stays as it was
-        result["precheck_needs"] = view.pop("precheck_needs", None)
+        result["precheck_needs"] = needs if want_needs else None
         result["plan"] = view
         if self._task.args.get("summary"):
-            write_summary(self._task.args["summary"], view)
+            write_summary(self._task.args["summary"], view, smoke_target)
         # env files may carry API keys: never display or log this result
         result["_ansible_no_log"] = True
         return result
@@ -81,20 +98,18 @@ class ActionModule(ActionBase):
 SUMMARY_KEYS = ("deployment", "model", "served_model_name", "engine", "topology", "endpoint_url")
 
 
-def write_summary(path: str, view: dict) -> None:
+def write_summary(path: str, view: dict, smoke_target: dict | None = None) -> None:
     """Write the secret-free part of a plan view (``SUMMARY_KEYS`` and the service views
-    without their file paths) as JSON to ``path``; the parent directory must exist."""
-    import json
-
+    without their file paths) and the smoke target as JSON to ``path``; the parent directory
+    must exist."""
     out = {k: view.get(k) for k in SUMMARY_KEYS}
     out["services"] = [{k: v for k, v in svc.items() if k != "paths"} for svc in view.get("services", [])]
+    out["smoke_target"] = smoke_target
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(out, fh)
     # the deployment's Prometheus scrape targets beside it (glmops.monitoring): file_sd/glmops-<dep>.json
     mon = view.get("monitoring") or {}
     if mon.get("file_sd_name"):
-        import os
-
         sd_dir = os.path.join(os.path.dirname(os.path.abspath(path)), "file_sd")
         os.makedirs(sd_dir, exist_ok=True)
         with open(os.path.join(sd_dir, mon["file_sd_name"]), "w", encoding="utf-8") as fh:

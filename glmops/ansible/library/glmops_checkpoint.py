@@ -186,7 +186,8 @@ def main():
         if action == "progress":
             data = ck.read_progress(p["progress_file"])
             data["finished"] = data.get("state") in ("done", "failed") or _job_finished(p["async_results_file"])
-            module.exit_json(changed=False, **data)
+            # glmops.runner.event_of: glmops download prints these polls itself
+            module.exit_json(changed=False, glmops_event="download_progress", **data)
         if action == "status":
             out = ck.status(p["local_dir"], p["repo"], revision, p["state_dir"])
             module.exit_json(changed=False, **out)

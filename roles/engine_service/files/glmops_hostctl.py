@@ -162,7 +162,7 @@ def cmd_state(args) -> int:
             services.append({"unit": unit, "ready": True, "fresh": False, "reason": ""})
         else:
             unhealthy.append(unit)
-    print(json.dumps({"drifted": drifted, "units": {
+    print(json.dumps({"glmops_event": "state", "drifted": drifted, "units": {
         u: {"active": p.get("ActiveState", ""), "sub": p.get("SubState", ""),
             "enabled": p.get("UnitFileState", ""), "pid": int(p.get("MainPID") or 0),
             "loaded": p.get("LoadState", "")} for u, p in units.items()},
@@ -470,7 +470,7 @@ def cmd_ready(args) -> int:
             os.unlink(path)
     else:
         _save_gate_state(path, state)
-    print(json.dumps({"done": done, "services": results}))
+    print(json.dumps({"glmops_event": "ready", "done": done, "services": results}))
     return 0 if not done or all(r["ready"] for r in results) else 1
 
 
@@ -492,7 +492,7 @@ def cmd_status(args) -> int:
         if props.get("ActiveState") == "failed":  # F32: say why, with the journal's tail
             tail = journal(unit, 20)
             rows[-1].update(failure=failure_summary(props), journal=tail, first_error=first_error(tail))
-    print(json.dumps({"services": rows}))
+    print(json.dumps({"glmops_event": "status", "services": rows}))
     return 0
 
 

@@ -29,6 +29,10 @@ Every subcommand prints one JSON document.
       to restart get ``systemctl reset-failed`` (a unit stopped by its start limit).
       -> {"changed": bool, "number": N, "files": [PATH changed], "restart": [UNIT],
           "remove_units": [UNIT]}
+  next  (stdin: {"lists": {host: list output}, "plan_hash": H}; reads no file)
+      The deployment's next generation: the current one when every host runs this Plan as
+      the same current generation, else the highest number on any host + 1.
+      -> {"number": N, "same": bool}
 
 Exit 0 ok, 1 a check failed (message on stdout as {"failed": true, "msg": ...}).
 """
@@ -131,7 +135,30 @@ def cmd_list(args) -> dict:
         m = read_manifest(args.dir, n)
         m["files"] = [{k: f[k] for k in ("path", "sha256", "mode", "unit")} for f in m.get("files", [])]
         out.append(m)
-    return {"generations": out, "current": current(args.dir)}
+    return {"glmops_event": "generations", "generations": out, "current": current(args.dir)}
+
+
+def next_generation(lists: dict[str, dict], plan_hash: str) -> dict:
+    """``{number, same}`` for the deployment's next record from every host's ``list`` output:
+    ``same`` when every host's current generation is the same number and records this Plan
+    (``plan_hash``), then ``number`` is that one; else the highest number recorded on any host
+    + 1 (one number for the whole deployment)."""
+    top, same, currents = 0, bool(lists), set()
+    for got in lists.values():
+        for g in got.get("generations") or []:
+            top = max(top, int(g["number"]))
+            if g["number"] == got.get("current") and g.get("plan_hash") != plan_hash:
+                same = False
+        currents.add(got.get("current"))
+    if None in currents or len(currents) != 1:
+        same = False
+    return {"number": next(iter(currents)) if same else top + 1, "same": same}
+
+
+def cmd_next(args) -> dict:
+    """``next``: stdin is ``{"lists": {host: list output}, "plan_hash": H}``; no file is read."""
+    doc = json.load(sys.stdin)
+    return next_generation(doc.get("lists") or {}, str(doc.get("plan_hash") or ""))
 
 
 def cmd_record(args) -> dict:
@@ -291,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     rs.add_argument("--to", default="previous")
     rs.add_argument("--units", nargs="*", default=[])
     rs.add_argument("--check", action="store_true")
+    sub.add_parser("next", help="the next generation number of the deployment (stdin: every host's list)")
     args = ap.parse_args(argv)
     if args.cmd == "restore" and args.to not in ("previous", "current") and not str(args.to).isdigit():
         print(json.dumps({"failed": True,
@@ -299,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd in ("record", "restore"):  # root writes here, and restores files from here
             trusted(args.dir)
-        out = {"list": cmd_list, "record": cmd_record, "restore": cmd_restore}[args.cmd](args)
+        out = {"list": cmd_list, "record": cmd_record, "restore": cmd_restore, "next": cmd_next}[args.cmd](args)
     except Failure as exc:
         print(json.dumps({"failed": True, "msg": str(exc)}))
         return 1

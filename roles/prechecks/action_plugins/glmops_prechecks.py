@@ -15,7 +15,9 @@ What a host needs, lowest precedence first:
 Options: ``needs`` (dict), ``deployment`` (bool, default true), ``inventory`` (path, default
 the play's inventory), ``deployment_needs`` (dict: this host's needs from the deployment,
 as the plan play's ``glmops_plan`` computed them; when given, 2. uses it instead of planning
-the inventory again). Returns ``report`` = ``{host, ok, failed: [msg], warnings, checks}``
+the inventory again), ``handoff`` (path: the CLI's plan handoff, ``glmops_plan_handoff``; its
+needs are used when it was planned from this inventory, ``glmops.planning.take_handoff``).
+Otherwise the host's needs come from ``glmops.planning.load``, the one door into a Plan. Returns ``report`` = ``{host, ok, failed: [msg], warnings, checks}``
 and never fails itself unless the facts cannot be read: the role decides what to refuse,
 after every host has reported.
 """
@@ -27,20 +29,21 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from glmops import hostread, planning, prechecks
+from glmops.inventory import play_inventory
+
 _PLAN_CACHE: dict = {}
 
 
-def _deployment_needs(inventory: str, host: str, topology: str | None = None) -> dict:
+def _deployment_needs(inventory: str, host: str, topology: str | None = None, handoff: str | None = None) -> dict:
     """needs_for_deployment of the inventory (``topology``: the run's ``glmops_topology``
-    override, as deploy plans it), cached per inventory path, mtime and topology."""
-    from glmops import inventory as inv
-    from glmops import plan as planner
-    from glmops.prechecks import needs_for_deployment
-
+    override, as deploy plans it): the CLI's handoff when it matches, else planned
+    (``glmops.planning.load``), cached per inventory path, mtime and topology."""
     key = (inventory, os.path.getmtime(inventory), topology)
     if key not in _PLAN_CACHE:
-        dep = inv.load_deployment(inventory, topology=topology)
-        _PLAN_CACHE[key] = needs_for_deployment(dep, planner.build(dep))
+        handed = planning.take_handoff(handoff, inventory, topology, None)
+        _PLAN_CACHE[key] = (handed["precheck_needs"] if handed and isinstance(handed.get("precheck_needs"), dict)
+                            else planning.load(inventory, topology).precheck_needs())
     return _PLAN_CACHE[key].get(host, {})
 
 
@@ -48,25 +51,23 @@ class ActionModule(ActionBase):
     """See the module docstring."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("needs", "deployment", "inventory", "deployment_needs"))
+    _VALID_ARGS = frozenset(("needs", "deployment", "inventory", "deployment_needs", "handoff"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         result["changed"] = False
-        from glmops import hostread, prechecks
-
+        result["glmops_event"] = "precheck_report"  # glmops.runner.event_of: the CLI collects the reports
         host = task_vars.get("inventory_hostname", "?")
         use_dep = self._task.args.get("deployment", True) and task_vars.get("glmops_model")
         planned = self._task.args.get("deployment_needs")
         if use_dep and not isinstance(planned, dict):
-            from glmops.inventory import play_inventory
-
             inventory = self._task.args.get("inventory") or play_inventory(task_vars)
             planned = None
             if inventory:
                 try:
-                    planned = _deployment_needs(inventory, host, task_vars.get("glmops_topology") or None)
+                    planned = _deployment_needs(inventory, host, task_vars.get("glmops_topology") or None,
+                                                self._task.args.get("handoff") or None)
                 except Exception as exc:  # the deployment's own problems are validate's job
                     raise AnsibleActionFail(
                         f"glmops_prechecks: cannot plan the deployment in {inventory} "

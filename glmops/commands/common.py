@@ -1,0 +1,80 @@
+"""What the verbs that run a playbook share: the plan on the controller (:func:`load_plan`,
+through :func:`glmops.planning.load`, exit 2 with every problem before any host), the
+topology the hosts record (:func:`deployed_topology`), extra vars and the run's end.
+
+No verb is defined here, and this module imports no verb module (verbs import it)."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from glmops import generations as G
+from glmops import planning, runner
+from glmops.commands.history import read_history
+from glmops.model import ValidationError
+from glmops.output import console as make_console
+
+
+def load_plan(inventory: str, topology: str | None, overrides: dict[str, Any] | None = None
+              ) -> planning.Planned:
+    """The validated Plan (:func:`glmops.planning.load`; ask it for the part you need:
+    ``.view()``, ``.checkpoint()``, ...) or exit 2 printing every problem."""
+    try:
+        return planning.load(inventory, topology, overrides)
+    except ValidationError as exc:
+        err = make_console(stderr=True)
+        err.print(f"{len(exc.problems)} problem(s) in {inventory}; no host contacted:", markup=False)
+        for problem in exc.problems:
+            err.print(f"  {problem}", markup=False)
+        sys.exit(2)
+
+
+def deployed_topology(inventory: str, default: str) -> str:
+    """The topology recorded on the hosts (their current generations, ``glmops history``),
+    or ``default`` (the inventory's) when the hosts disagree or nothing is recorded
+    (:func:`glmops.generations.deployed_topology`); its one line goes to stderr. One
+    read-only run over the inventory's workers and routers."""
+    hist, result, _, hosts = read_history(inventory, None)
+    unread = [h for h in hosts if result.hosts.get(h) is None or result.hosts[h].state != "ok"]
+    topology, line = G.deployed_topology(hist, default, unread)
+    if line:
+        make_console(stderr=True, highlight=False).print(line, markup=False, soft_wrap=True)
+    return topology
+
+
+def load_deployed_plan(inventory: str, topology: str | None) -> tuple[planning.Planned, str]:
+    """(Plan, topology) of what a day-2 verb acts on: ``--topology`` when given, else what
+    the hosts record as deployed (:func:`deployed_topology`). Bad input exits 2 before any
+    host is read (:func:`load_plan`)."""
+    planned = load_plan(inventory, topology)
+    if topology:
+        return planned, topology
+    deployed = deployed_topology(inventory, planned.plan.topology)
+    return (planned if deployed == planned.plan.topology else load_plan(inventory, deployed)), deployed
+
+
+def exit_if_plan_refused(result: runner.RunResult) -> None:
+    """Exit 2 printing every problem when the run's plan play refused the inventory (bad
+    input: the run stopped on the controller, no host contacted); else return."""
+    if not result.plan_problems:
+        return
+    head, *problems = result.plan_problems.strip().splitlines()
+    err = make_console(stderr=True)
+    err.print(head.removeprefix("glmops_plan: "), markup=False, soft_wrap=True)
+    for problem in problems:
+        err.print(f"  {problem}", markup=False, soft_wrap=True)
+    sys.exit(2)
+
+
+def extravars(topology: str | None, **more: Any) -> dict[str, Any]:
+    """The run's extra vars: ``more`` without the None ones, and ``glmops_topology``."""
+    out = {k: v for k, v in more.items() if v is not None}
+    if topology:
+        out["glmops_topology"] = topology
+    return out
+
+
+def finish(result: runner.RunResult, plan: dict, console) -> None:
+    """The run's summary, then its exit status line as the last line; exits 0 or 1."""
+    runner.print_summary(result, console, plan)
+    runner.finish(console, result)

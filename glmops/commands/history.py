@@ -1,0 +1,102 @@
+"""``glmops history``: the generations each host keeps (``roles/generation``, recorded by every
+deploy, serve and upgrade under ``<state_dir>/_records/<dep>/generations/<N>``), and
+:func:`read_history`, the read-only run the day-2 verbs share.
+
+Exit codes: 0 ok, 1 a host could not be read, 2 bad input.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from glmops import runner
+from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.deploystate import records_dir
+from glmops.inventory import load_deployment
+from glmops.model import Problem, ValidationError
+from glmops.output import console as make_console
+from glmops.rules import _NAME_RE
+
+#: the event key of roles/generation's list (glmops_generation.py list: JSON with it on stdout)
+GENERATIONS = "generations"
+
+
+def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], str]:
+    """(generations dir, hosts, deployment name) from the inventory, without the rules:
+    history and rollback work on an inventory the rules reject."""
+    dep = load_deployment(inventory, topology=topology)
+    # what this verb uses must be sound even when the rest may not be: the deployment name and
+    # state dir choose the records read and restored, the addresses the hosts contacted
+    used = ("glmops_deployment", "glmops_state_dir", "ansible_host", "glmops_address")
+    problems = [p for p in dep.extra.get("problems") or []
+                if p.code in ("ADDRESS", "INVENTORY") or any(name in p.path for name in used)]
+    if not _NAME_RE.match(dep.name or ""):
+        problems.append(Problem("DEPLOYMENT_NAME", dep.source("name"),
+                                f"deployment name {dep.name!r} is not accepted: use 1-40 characters a-z, 0-9 and '-'",
+                                "set glmops_deployment, e.g. flash-b200"))
+    if problems:
+        raise ValidationError(problems)
+    hosts = list(dict.fromkeys([*dep.extra.get("workers", []), *dep.extra.get("routers", []),
+                                *(p for pool in dep.pools for p in (pool.hosts or [])),
+                                *([dep.router.host] if dep.router and dep.router.host else [])]))
+    return f"{records_dir(dep.state_dir, dep.name)}/generations", hosts, dep.name
+
+
+def read_history(inventory: str, topology: str | None, console: Console | None = None
+                 ) -> tuple[dict[str, dict[str, Any]], runner.RunResult, str, list[str]]:
+    """host -> {"generations": [manifest], "current": N|None}, the run, the dir, the hosts."""
+    gen_dir, hosts, _ = _deployment(inventory, topology)
+    got: dict[str, dict[str, Any]] = {}
+
+    def on_event(event: dict) -> None:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and runner.event_of(data) == GENERATIONS:
+            try:
+                got[data["host"]] = json.loads((data.get("res") or {}).get("stdout", ""))
+            except ValueError:
+                pass
+            else:
+                got[data["host"]].pop(runner.EVENT_KEY, None)
+
+    result = runner.run("history", "history.yml", inventory,
+                        {"glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir},
+                        console=console or make_console(stderr=True), quiet=True, on_event=on_event)
+    return {h: got.get(h, {"generations": [], "current": None}) for h in hosts}, result, gen_dir, hosts
+
+
+@click.command("history")
+@ANSIBLE_OPTS
+@INVENTORY
+@TOPOLOGY
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: per host its generations and the current one.")
+def history(inventory, topology, as_json):
+    """List the generations recorded on every host (newest last; * = current)."""
+    console = make_console()
+    hist, result, gen_dir, _ = read_history(inventory, topology)
+    if as_json:
+        click.echo(json.dumps({"dir": gen_dir, "hosts": hist, "failures": result.failures}, indent=2))
+        sys.exit(0 if result.ok else 1)
+    table = Table(title=f"generations ({gen_dir})")
+    for col in ("host", "gen", "recorded (UTC)", "by", "engine runtimes", "checkpoint", "plan", "units"):
+        table.add_column(col)
+    for host, got in hist.items():
+        if not got["generations"]:
+            table.add_row(host, "-", "-", "-", "-", "-", "-", "none recorded")
+        for g in got["generations"]:
+            mark = "*" if g["number"] == got["current"] else " "
+            runtimes = ", ".join(f"{r['engine']} {r['version']}" for r in g.get("runtimes", [])) or \
+                ", ".join(g.get("images", [])) or "-"
+            ck = g.get("checkpoint", {})
+            table.add_row(host, f"{g['number']}{mark}", g.get("recorded_at", ""), g.get("source", ""), runtimes,
+                          f"{ck.get('repo', '')}@{str(ck.get('revision', ''))[:12]}", str(g.get("plan_hash", ""))[:12],
+                          ", ".join(u["unit"] for u in g.get("units", [])))
+    console.print(table)
+    for failure in result.failures:
+        console.print(f"failed {failure}", markup=False)
+    sys.exit(0 if result.ok else 1)

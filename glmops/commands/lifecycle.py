@@ -1,0 +1,113 @@
+"""``glmops restart``, ``glmops stop`` and ``glmops destroy``: act on the deployed services.
+
+Each acts on the topology the hosts record as deployed unless ``--topology`` says otherwise,
+plans once on the controller (bad input: exit 2, no host contacted) and hands that Plan to
+its run. Exit codes: 0 ok, 1 the run failed, 2 bad input.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from glmops import runner
+from glmops.commands.common import extravars, finish, load_deployed_plan
+from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.output import console as make_console
+
+#: the event key of a rolling restart's step report (playbooks/tasks/restart_step.yml)
+RESTART_STEP = "restart_step"
+
+
+@click.command("restart")
+@ANSIBLE_OPTS
+@INVENTORY
+@TOPOLOGY
+@click.option("--rolling", is_flag=True,
+              help="One replica (agg) or pool (disagg) at a time, waiting for readiness in between.")
+def restart(inventory, topology, rolling):
+    """Restart the services: workers (gated), then the router (--rolling: one step at a time in
+    one run). Without --topology: the topology recorded on the hosts by the last deploy."""
+    console = make_console()
+    planned, topology = load_deployed_plan(inventory, topology)
+    plan = planned.view()
+    if not rolling:
+        result = runner.run("restart", "restart.yml", inventory, extravars(topology), console=console,
+                            planned=planned)
+        finish(result, plan, console)
+    # one run: restart.yml restarts one step at a time, each gated before the next (its first
+    # task per step reports glmops_event restart_step, printed here as the step's line)
+    steps = [{"name": name, "units": units, "bundle": _bundle(name)} for name, units in rolling_steps(plan)]
+
+    def on_event(event: dict) -> None:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and runner.event_of(data) == RESTART_STEP:
+            step = runner.reported(data)
+            console.print(f"{runner.stamp()} [bold]restart step[/bold] {step['step']}: {', '.join(step['units'])}")
+
+    result = runner.run("restart", "restart.yml", inventory, extravars(topology, glmops_restart_steps=steps),
+                        console=console, planned=planned, on_event=on_event)
+    finish(result, plan, console)
+
+
+def _bundle(step: str) -> str:
+    """The plan view's bundle a rolling step's units are in (see :func:`rolling_steps`)."""
+    return "stores" if step.startswith("store ") else "routers" if step == "router" else "workers"
+
+
+def rolling_steps(plan: dict) -> list[tuple[str, list[str]]]:
+    """Restart steps: one per discovery store member (never every member at once), one per agg
+    replica, one per disagg pool, then the front door."""
+    steps: dict[str, list[str]] = {}
+    for svc in plan["services"]:
+        if svc["pool"] == "store":
+            key = f"store {svc['name']}"
+        elif svc["pool"] == "router":
+            key = "router"
+        elif svc["pool"] == "agg":
+            key = f"agg replica {svc['replica']}"
+        else:
+            key = f"{svc['pool']} pool"
+        steps.setdefault(key, []).append(svc["unit"])
+    ordered = [k for k in steps if k != "router"] + (["router"] if "router" in steps else [])
+    return [(k, steps[k]) for k in ordered]
+
+
+@click.command("stop")
+@ANSIBLE_OPTS
+@INVENTORY
+@TOPOLOGY
+def stop(inventory, topology):
+    """Stop the router, then the workers (units and files stay). Without --topology: the
+    topology recorded on the hosts by the last deploy."""
+    console = make_console()
+    planned, topology = load_deployed_plan(inventory, topology)
+    result = runner.run("stop", "stop.yml", inventory, extravars(topology), console=console, planned=planned)
+    finish(result, planned.view(), console)
+
+
+@click.command("destroy")
+@ANSIBLE_OPTS
+@INVENTORY
+@TOPOLOGY
+@click.option("--yes", is_flag=True, help="Required: really remove the deployment.")
+@click.option("--purge-checkpoints", is_flag=True, help="Also delete the downloaded checkpoint.")
+def destroy(inventory, topology, yes, purge_checkpoints):
+    """Stop and remove every unit, env and config file of the deployment (checkpoints
+    stay unless --purge-checkpoints). Without --topology: the topology recorded on the
+    hosts by the last deploy."""
+    console = make_console()
+    if not yes:
+        make_console(stderr=True).print("destroy removes units and env files: pass --yes to confirm")
+        sys.exit(2)
+    planned, topology = load_deployed_plan(inventory, topology)
+    plan = planned.view()
+    result = runner.run("destroy", "destroy.yml", inventory,
+                        extravars(topology, glmops_purge_checkpoints=purge_checkpoints), console=console,
+                        planned=planned)
+    for svc in plan["services"]:
+        if svc["role"] == "store" and result.ok:  # the units are gone; the store's data is not
+            console.print(f"kept on {svc['host']}: {svc['name']}'s data under {plan['state_dir']}/{plan['deployment']}/ "
+                          "(remove it to start the discovery store empty)", markup=False)
+    finish(result, plan, console)

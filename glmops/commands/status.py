@@ -1,0 +1,203 @@
+"""``glmops status`` and ``glmops logs``: what the deployment's services do now.
+
+Both act on the topology the hosts record as deployed unless ``--topology`` says otherwise
+(``glmops.commands.common.load_deployed_plan``), plan once on the controller (bad input: exit
+2, no host contacted) and hand that Plan to their read-only run.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import click
+from rich.table import Table
+
+from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from glmops import runner
+from glmops.commands.common import extravars, load_deployed_plan
+from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.engines import registry
+from glmops.monitoring import read_live
+from glmops.output import console as make_console
+from glmops.ssh import ssh_command
+
+
+@click.command("status")
+@ANSIBLE_OPTS
+@INVENTORY
+@TOPOLOGY
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per service).")
+def status(inventory, topology, as_json):
+    """Per service: unit state, health, uptime, GPUs and URL. Exit 1 unless all serve.
+    Without --topology: the topology recorded on the hosts by the last deploy."""
+    console = make_console()
+    planned, topology = load_deployed_plan(inventory, topology)
+    plan = planned.view()
+    result = runner.run("status", "status.yml", inventory, extravars(topology),
+                        console=make_console(stderr=True), quiet=True, planned=planned)
+    rows = status_rows(plan, result)
+    add_live_numbers(rows, plan)
+    if as_json:
+        click.echo(json.dumps({"endpoint": plan["endpoint_url"], "services": rows,
+                               "artifacts": str(result.artifacts)}, indent=2))
+    else:
+        table = Table(title=f"{plan['deployment']}: {plan['engine']} {plan['topology']}")
+        for col in ("host", "service", "role", "state", "health", "uptime", "running", "waiting", "KV cache",
+                    "GPUs", "URL"):
+            table.add_column(col)
+        for r in rows:
+            live = r["live"]
+            table.add_row(r["host"], r["service"], r["role"], r["state"], str(r["health"]),
+                          f"{r['uptime_s']:.0f} s" if r["uptime_s"] is not None else "-",
+                          _num(live.get("running")), _num(live.get("waiting")),
+                          f"{live['kv_cache'] * 100:.1f} %" if live.get("kv_cache") is not None else "-",
+                          ",".join(map(str, r["gpus"])) or "-", r["url"])
+        console.print(table)
+        for r in rows:
+            if r["journal"]:
+                console.print(f"--- {r['unit']} on {r['host']}: {r['state']}", markup=False, highlight=False)
+                if r["first_error"]:
+                    console.print(f"first error: {r['first_error']}", markup=False, highlight=False, soft_wrap=True)
+                console.print(r["journal"].rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+    healthy = bool(result.ok and rows and all(r["state"] == "active" and r["health"] == 200 for r in rows))
+    healthy = healthy and all(r["instances"]["have"] == r["instances"]["want"] for r in rows if r.get("instances"))
+    if not as_json:
+        for r in rows:
+            if r.get("instances"):
+                have, want = r["instances"]["have"], r["instances"]["want"]
+                console.print(f"{r['service']}: {'?' if have is None else have} of {want} planned worker "
+                              "instance(s) registered", markup=False)
+        for failure in result.failures:
+            console.print(f"failed {failure}", markup=False)
+        if healthy:  # every service active with /health 200
+            console.print(f"endpoint: {plan['endpoint_url']}", markup=False)
+        bad = [f"{r['host']} {r['service']} ({r['state']}, health {r['health']})" for r in rows
+               if not (r["state"] == "active" and r["health"] == 200)]
+        short = [f"{r['service']} ({r['instances']['have']} of {r['instances']['want']} instances registered)"
+                 for r in rows if r.get("instances") and r["instances"]["have"] != r["instances"]["want"]]
+        bad += short
+        runner.finish(console, result, 0 if healthy else 1, ", ".join(bad) if bad and not healthy else "")
+    sys.exit(0 if healthy else 1)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def add_live_numbers(rows: list[dict[str, Any]], plan: dict) -> None:
+    """Each row's ``live``: running / waiting requests and KV cache usage (0..1) read from the
+    service's own metrics (glmops.monitoring.read_live, from the controller; ``{}`` when it
+    has no metrics or does not answer)."""
+    live = read_live(plan["services"])
+    for row in rows:
+        row["live"] = live.get(row["service"], {})
+
+
+def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
+    """Merge the Plan's services with what the status run read on each host."""
+    seen = {(s["host"], s["unit"]): s for s in result.services}
+    rows = []
+    for svc in plan["services"]:
+        got = seen.get((svc["host"], svc["unit"]))
+        host_state = result.hosts.get(svc["host"])
+        if got:  # active, or e.g. activating/auto-restart, failed/failed (start-limit-hit; ...)
+            state = got["active"] if got["active"] == "active" else f"{got['active']}/{got['sub']}"
+            if got.get("failure"):
+                state += f" ({got['failure']})"
+        else:
+            state = host_state.state if host_state and host_state.state != "ok" else "unknown"
+        rows.append({
+            "host": svc["host"], "service": svc["name"], "unit": svc["unit"], "role": svc["role"],
+            "state": state,
+            "sub": got["sub"] if got else "", "pid": got["pid"] if got else 0,
+            "restarts": got["restarts"] if got else None,
+            "health": got["health"] if got else None,
+            "uptime_s": got["uptime_s"] if got else None,
+            "gpus": svc["gpus"], "url": svc["url"],
+            "first_error": got.get("first_error", "") if got else "",
+            "journal": got.get("journal", "") if got else "",
+            "instances": _instances(svc) if svc.get("instances") else None,
+        })
+    return rows
+
+
+def _instances(svc: dict) -> dict[str, Any]:
+    """``{have, want}``: the worker instances a front door that discovers its workers (Dynamo's
+    frontend) lists in its ``/health``, read from the controller, and the Plan's count (``have``
+    None when the frontend does not answer)."""
+    try:
+        with urllib.request.urlopen(svc["health_url"], timeout=5) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:  # 503 without workers: the same document
+        try:
+            doc = json.loads(exc.read())
+        except (ValueError, OSError):
+            doc = None
+    except (OSError, ValueError):
+        doc = None
+    return {"have": len(registry.instances_in(doc)) if isinstance(doc, dict) else None, "want": int(svc["instances"])}
+
+
+def _select(plan: dict, service: str | None) -> list[dict]:
+    if not service:
+        return plan["services"]
+    picked = [s for s in plan["services"]
+              if service in (s["name"], s["unit"], s["role"], s["host"])]
+    if not picked:
+        names = ", ".join(s["name"] for s in plan["services"])
+        make_console(stderr=True).print(f"service {service!r} is not in the Plan; accepted: {names}, a role or a host",
+                                        markup=False)
+        sys.exit(2)
+    return picked
+
+
+@click.command("logs")
+@ANSIBLE_OPTS
+@INVENTORY
+@TOPOLOGY
+@click.argument("service", required=False)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (ssh + journalctl -f).")
+@click.option("-n", "--lines", default=100, show_default=True, type=click.IntRange(1, 100000))
+def logs(inventory, topology, service, follow, lines):
+    """Journal lines of SERVICE (a service or unit name, a role or a host; default all).
+    Without --topology: the topology recorded on the hosts by the last deploy."""
+    planned, topology = load_deployed_plan(inventory, topology)
+    picked = _select(planned.view(), service)
+    if follow:
+        sys.exit(_follow(inventory, picked, lines))
+    console = make_console()
+    result = runner.run("logs", "logs.yml", inventory,
+                        extravars(topology, glmops_log_units=[s["unit"] for s in picked], glmops_log_lines=lines),
+                        console=make_console(stderr=True), quiet=True, planned=planned)
+    for out in result.outputs:
+        if console.is_terminal:
+            console.rule(out["host"])
+        else:  # a rule fills the console's width, which is unbounded off a terminal
+            click.echo(f"==> {out['host']} <==")
+        click.echo(out["res"].get("stdout", ""))
+    for failure in result.failures:
+        console.print(f"failed {failure}", markup=False)
+    if not result.ok:
+        runner.finish(console, result)
+    sys.exit(0)
+
+
+def _follow(inventory: str, services: list[dict], lines: int) -> int:
+    by_host: dict[str, list[str]] = {}
+    for svc in services:
+        by_host.setdefault(svc["host"], []).append(svc["unit"])
+    procs = []
+    for host, units in by_host.items():
+        remote = ["journalctl", "-f", "--no-pager", "-o", "short-iso", "-n", str(lines)]
+        remote += [f"--unit={u}" for u in units]
+        procs.append(subprocess.Popen(ssh_command(inventory, host, remote)))
+    try:
+        return max(p.wait() for p in procs)
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        return 0
