@@ -15,7 +15,7 @@ The variables (``VARIABLES``, ``POOL_KEYS``, ``ROUTER_KEYS``, ``CHECKPOINT_KEYS`
 ``HOST_VARIABLES``) are defined in ``glmops.variables``, which also renders docs/variables.md.
 
 Type and shape errors do not raise one by one: they are collected as
-:class:`~glmops.model.Problem` in ``deployment.extra["problems"]`` (the value falls back to
+:class:`~glmops.model.Problem` in ``deployment.problems`` (the value falls back to
 its default), and ``glmops.rules.check`` returns them with every other problem. Only an
 inventory that cannot be read at all raises :class:`~glmops.model.ValidationError`.
 """
@@ -1112,25 +1112,23 @@ def _load_deployment(
         venv_root=v["glmops_venv_root"],
         readiness_timeout_s=v["glmops_readiness_timeout_s"],
         sources=r.sources,
-        extra={
-            "problems": r.problems,
-            "inventory": root,
-            "inventory_dir": _display_path(inv_dir),
-            "workers": [h.name for h in workers],
-            "routers": routers,
-            "dynamo_backend": v["glmops_dynamo_backend"],
-            "dynamo_etcd_hosts": _expand_hosts(v["glmops_dynamo_etcd_hosts"] or [], inventory, r,
-                                               src("glmops_dynamo_etcd_hosts")),
-            "dynamo_request_plane": v["glmops_dynamo_request_plane"],
-            "dynamo_event_plane": v["glmops_dynamo_event_plane"],
-            "image": v["glmops_image"],
-            "pip_extra": v["glmops_pip_extra"] or [],
-            "layout": (layout or {}).get("id"),
-            "monitoring": monitoring,
-            "raw_variables": sorted(raw),
-            # plain values read from Ansible Vault: secret by value wherever they land
-            "secret_values": secret_values,
-        },
+        problems=r.problems,
+        inventory_path=root,
+        inventory_dir=_display_path(inv_dir),
+        worker_hosts=[h.name for h in workers],
+        router_hosts=routers,
+        dynamo_backend=v["glmops_dynamo_backend"],
+        dynamo_etcd_hosts=_expand_hosts(v["glmops_dynamo_etcd_hosts"] or [], inventory, r,
+                                           src("glmops_dynamo_etcd_hosts")),
+        dynamo_request_plane=v["glmops_dynamo_request_plane"],
+        dynamo_event_plane=v["glmops_dynamo_event_plane"],
+        image=v["glmops_image"],
+        pip_extra=v["glmops_pip_extra"] or [],
+        layout=(layout or {}).get("id"),
+        monitoring=monitoring,
+        raw_variables=sorted(raw),
+        # plain values read from Ansible Vault: secret by value wherever they land
+        secret_values=secret_values,
     )
     return dep
 

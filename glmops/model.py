@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Literal
 
 Topology = Literal["agg", "disagg"]
@@ -248,7 +248,38 @@ class Deployment:
     venv_root: str = "/opt/glmops/venvs"
     readiness_timeout_s: int = 1800
     sources: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    # what the inventory read found beside the intent (glmops.inventory fills these)
+    problems: list[Problem] = field(default_factory=list)  # type/shape problems of the read, for rules.check
+    inventory_path: str = "inventory"  # the inventory as given (problems of the whole Plan name it)
+    inventory_dir: str = ""  # its directory, as displayed
+    worker_hosts: list[str] = field(default_factory=list)  # hosts in group glmops_workers
+    router_hosts: list[str] = field(default_factory=list)  # hosts in group glmops_routers
+    dynamo_backend: str | None = None  # glmops_dynamo_backend: vllm | sglang | mocker
+    dynamo_etcd_hosts: list[str] = field(default_factory=list)  # glmops_dynamo_etcd_hosts, expanded
+    dynamo_request_plane: str | None = None  # glmops_dynamo_request_plane
+    dynamo_event_plane: str | None = None  # glmops_dynamo_event_plane
+    image: str | None = None  # glmops_image: container image override
+    pip_extra: list[str] = field(default_factory=list)  # glmops_pip_extra: PEP 508 specs
+    layout: str | None = None  # id of the catalog layout that gave the pools (recipes.yaml:layouts)
+    monitoring: dict[str, Any] = field(default_factory=dict)  # glmops_monitoring settings as given
+    raw_variables: list[str] = field(default_factory=list)  # every glmops_* variable the inventory set
+    secret_values: frozenset[str] = frozenset()  # plain values read from Ansible Vault: secret by value
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The read's findings under their old ``extra[...]`` keys (read-only copy; the typed
+        fields above are the source). Assigning a dict sets the named fields and resets the rest."""
+        return {key: getattr(self, name) for key, name in EXTRA_FIELDS.items()}
+
+    @extra.setter
+    def extra(self, values: dict[str, Any]) -> None:
+        unknown = sorted(set(values) - set(EXTRA_FIELDS))
+        if unknown:
+            raise TypeError(f"unknown Deployment extra key(s): {', '.join(unknown)}")
+        fresh = {f.name: (f.default_factory() if f.default_factory is not MISSING else f.default)  # type: ignore[misc]
+                 for f in fields(self) if f.name in EXTRA_FIELDS.values()}
+        for key, name in EXTRA_FIELDS.items():
+            setattr(self, name, values[key] if key in values else fresh[name])
 
     def pool(self, role: str) -> PoolSpec | None:
         return next((p for p in self.pools if p.role == role), None)
@@ -257,6 +288,17 @@ class Deployment:
         """Inventory path for ``key`` (e.g. ``group_vars/all.yml:glmops_kv_cache_dtype``)."""
         return self.sources.get(key, key)
 
+
+
+#: old ``Deployment.extra`` key -> typed field
+EXTRA_FIELDS = {
+    "problems": "problems", "inventory": "inventory_path", "inventory_dir": "inventory_dir",
+    "workers": "worker_hosts", "routers": "router_hosts", "dynamo_backend": "dynamo_backend",
+    "dynamo_etcd_hosts": "dynamo_etcd_hosts", "dynamo_request_plane": "dynamo_request_plane",
+    "dynamo_event_plane": "dynamo_event_plane", "image": "image", "pip_extra": "pip_extra",
+    "layout": "layout", "monitoring": "monitoring", "raw_variables": "raw_variables",
+    "secret_values": "secret_values",
+}
 
 @dataclass
 class ConfigFile:

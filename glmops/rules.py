@@ -107,10 +107,10 @@ def _speculative(dep: Deployment, pool: PoolSpec) -> Any:
 
 def check(dep: Deployment) -> list[Problem]:
     """Every problem of ``dep`` found without planning, in a stable order: first the
-    inventory's type/shape problems (``dep.extra["problems"]``), then catalog keys, pools and
+    inventory's type/shape problems (``dep.problems``), then catalog keys, pools and
     GPUs, memory, the seeds' constraints and the field cases. Empty list = valid."""
     cat = catalog_mod.load()
-    out: list[Problem] = list(dep.extra.get("problems") or [])
+    out: list[Problem] = list(dep.problems or [])
     _check_names(dep, out)
     known = _check_keys(dep, cat, out)
     if not known:
@@ -180,7 +180,7 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
     for where, data, what, lands in scopes:
         # engine flags that would put a secret on the command line (argv is world-readable in /proc
         # and lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault
-        for key in secret_paths(data or {}, secret_values=dep.extra.get("secret_values") or frozenset()):
+        for key in secret_paths(data or {}, secret_values=dep.secret_values or frozenset()):
             out.append(Problem(
                 "SECRET_IN_ARGV", _src(dep, f"{where}.{key.split('.')[0]}", where, "pools"),
                 f"{what} {key!r} would put a secret into {lands}; accepted: secrets only through the environment",
@@ -399,7 +399,7 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
 def _pool_hosts(dep: Deployment, pool: PoolSpec) -> list[str]:
     if pool.hosts:
         return [h for h in pool.hosts if h in dep.hosts]
-    workers = dep.extra.get("workers") or []
+    workers = dep.worker_hosts or []
     return [h for h in workers if h in dep.hosts] or list(dep.hosts)
 
 
@@ -744,7 +744,7 @@ def _check_versions(dep: Deployment, engine: dict, out: list[Problem]) -> None:
 
 def _check_image(dep: Deployment, engine: dict, hw: dict, out: list[Problem]) -> None:
     """Container runtime needs an image: ``glmops_image`` or the catalog's for engine x model x vendor."""
-    if dep.runtime != "container" or dep.extra.get("image"):
+    if dep.runtime != "container" or dep.image:
         return
     image = ((engine.get("image_by_model") or {}).get(dep.model) or (engine.get("image_by_vendor") or {}).get(hw.get("vendor"))
              or engine.get("default_image"))
@@ -762,7 +762,7 @@ def _check_multimodal(dep: Deployment, model: dict, out: list[Problem]) -> None:
     if not {"image", "video"} & set(model.get("modalities") or []):
         _problem(out, "MULTIMODAL", where, f"{model.get('name')} takes {model.get('modalities')} input; accepted: glmops_multimodal false")
     pin = transformers_pin(dep)
-    for spec in dep.extra.get("pip_extra") or []:
+    for spec in dep.pip_extra or []:
         name = re.split(r"[<>=!~\[ ;]", str(spec), maxsplit=1)[0].strip().lower()
         if pin and name == "transformers" and str(spec).replace(" ", "") != pin:
             _problem(out, "TRANSFORMERS_PIN", _src(dep, "pip_extra", "glmops_pip_extra"),
@@ -1099,7 +1099,7 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     if any(p.code == "CATALOG_KEY" for p in problems):
         return None, problems
     if any(_bad_sizes(pool) for pool in dep.pools) or \
-            any(p.code == "PARALLELISM" for p in dep.extra.get("problems") or []):
+            any(p.code == "PARALLELISM" for p in dep.problems or []):
         return None, problems  # out-of-range sizes (the loader's or ours): placing them would not end
     plan = None
     try:
@@ -1113,7 +1113,7 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
             problems.append(p)
     except Exception as exc:  # a planning bug must not hide the rule problems
         if not problems:
-            problems.append(Problem("PLAN", dep.extra.get("inventory", "inventory"),
+            problems.append(Problem("PLAN", dep.inventory_path,
                                     f"planning failed: {type(exc).__name__}: {exc}", "report this as a glmops bug"))
     if plan is not None:
         # the rendered-config checks repeat deployment-level findings: report each code once

@@ -35,7 +35,7 @@ def engine_pins(dep: Deployment, engine_key: str) -> list[str]:
     """Requirement specifiers installed together with ``engine_key`` for ``dep``.
 
     Catalog ``engines.<key>.pip`` (every deployment of that engine), ``multimodal_pip`` when
-    ``dep.multimodal``, then ``dep.extra['pip_extra']`` (``glmops_pip_extra``); only the
+    ``dep.multimodal``, then ``dep.pip_extra`` (``glmops_pip_extra``); only the
     deployment's own engine gets the multimodal and extra pins (routers, frontends do not load
     the model). A later specifier for the same project replaces an earlier one, so an
     inventory pin wins over the catalog's. Order: first appearance of each project.
@@ -50,7 +50,7 @@ def engine_pins(dep: Deployment, engine_key: str) -> list[str]:
     if engine_key == dep.engine:
         if dep.multimodal:
             specs += [str(s) for s in entry.get("multimodal_pip") or []]
-        specs += [str(s) for s in dep.extra.get("pip_extra") or []]
+        specs += [str(s) for s in dep.pip_extra or []]
     out: dict[str, str] = {}
     for spec in specs:
         out[requirement_name(spec)] = spec.strip()

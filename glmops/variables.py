@@ -166,13 +166,13 @@ VARIABLES: dict[str, Var] = {
     "glmops_variant": Var("str", "Checkpoint variant (`w4a8`: GLM-5.3 only).",
                           shown_default="the model's `default_variant` (`fp8`)"),
     "glmops_engine": Var("str", "Serving engine.", required=True),
-    "glmops_dynamo_backend": Var("str", "Workers behind the Dynamo frontend (`Deployment.extra['dynamo_backend']`; "
+    "glmops_dynamo_backend": Var("str", "Workers behind the Dynamo frontend (`Deployment.dynamo_backend`; "
                                  "`mocker`: Dynamo's simulated worker, `cpu` hardware only).",
                                  default="vllm", choices=("vllm", "sglang", "mocker")),
     "glmops_dynamo_etcd_hosts": Var("list", "Hosts (or groups) that run Dynamo's discovery store, etcd from Debian's "
                                     "`etcd-server`, when the services span hosts: 1 member, or 3 or 5 so the store "
                                     "survives a failed host. Every `ETCD_ENDPOINTS` names them all "
-                                    "(`Deployment.extra['dynamo_etcd_hosts']`).", elements="str",
+                                    "(`Deployment.dynamo_etcd_hosts`).", elements="str",
                                     shown_default="the front door's host"),
     "glmops_dynamo_request_plane": Var("str", "Dynamo request plane, set once for the frontend and every worker "
                                        "(`--request-plane`; `nats` deploys Debian's `nats-server` on the front door's host).",
@@ -182,14 +182,14 @@ VARIABLES: dict[str, Var] = {
                                      default="zmq", choices=("zmq", "nats")),
     "glmops_engine_version": Var("str", "Engine version; must be >= the catalog `min_version` (and `min_version_by_model`).",
                                  shown_default="catalog `engines.<engine>.version`", shape="version"),
-    "glmops_image": Var("str", "Container image override (`Deployment.extra['image']`).",
+    "glmops_image": Var("str", "Container image override (`Deployment.image`).",
                         shown_default="catalog image for engine x model x vendor", shape="image"),
     "glmops_hardware": Var("str", "Catalog hardware key (`cpu` = the lab, no GPU).", required=True),
     "glmops_runtime": Var("str", "How engines run on a host.", default="container", choices=("container", "venv")),
     "glmops_topology": Var("str", "Topology to deploy; `--topology` overrides.", default="agg", choices=("agg", "disagg")),
     "glmops_topologies": Var("dict", "Per topology: `{pools: {ROLE: POOL}, router: ROUTER}` (see Pools and Router). "
                              "When the selected topology (or its `pools`) is absent, the first matching catalog layout "
-                             "(`recipes.yaml:layouts`) is used; `Deployment.extra['layout']` names it.",
+                             "(`recipes.yaml:layouts`) is used; `Deployment.layout` names it.",
                              shown_default="catalog layout for engine x hardware x topology"),
     "glmops_served_model_name": Var("str", "The `model` name clients send.",
                                     shown_default="the variant's `served_model_name`, else the repo id", shape="name"),
@@ -207,7 +207,7 @@ VARIABLES: dict[str, Var] = {
                               "disagg pools (F16).", shown_default="off (recipe default)"),
     "glmops_multimodal": Var("bool", "Image/video input; needs `transformers==5.17.0` (seed 000).", default=False),
     "glmops_pip_extra": Var("list", "Extra requirement specifiers for the engine environment "
-                            "(`Deployment.extra['pip_extra']`); a `transformers` pin other than `==5.17.0` is refused "
+                            "(`Deployment.pip_extra`); a `transformers` pin other than `==5.17.0` is refused "
                             "when multimodal is on.", elements="str", shown_default="`[]`", shape="requirement"),
     "glmops_engine_args": Var("dict", "Engine CLI flag overrides for every pool: flag name without leading dashes as the "
                               "engine spells it (`block-size`, `max_batch_size`); `true` = bare flag, `null` removes a "

@@ -25,7 +25,7 @@ def _summary(dep, the_plan) -> str:
         + (f" dp{p.dp}" if p.dp > 1 else "") + ")"
         for p in dep.pools
     )
-    return (f"{dep.extra.get('inventory', '')}: valid: {dep.model} {dep.variant} on {dep.engine} {dep.engine_version}, "
+    return (f"{dep.inventory_path}: valid: {dep.model} {dep.variant} on {dep.engine} {dep.engine_version}, "
             f"{dep.hardware}, {dep.topology} [{pools}], {services} service(s) on {hosts} host(s)")
 
 

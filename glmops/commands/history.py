@@ -34,7 +34,7 @@ def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], s
     # what this verb uses must be sound even when the rest may not be: the deployment name and
     # state dir choose the records read and restored, the addresses the hosts contacted
     used = ("glmops_deployment", "glmops_state_dir", "ansible_host", "glmops_address")
-    problems = [p for p in dep.extra.get("problems") or []
+    problems = [p for p in dep.problems or []
                 if p.code in ("ADDRESS", "INVENTORY") or any(name in p.path for name in used)]
     if not _NAME_RE.match(dep.name or ""):
         problems.append(Problem("DEPLOYMENT_NAME", dep.source("name"),
@@ -42,7 +42,7 @@ def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], s
                                 "set glmops_deployment, e.g. flash-b200"))
     if problems:
         raise ValidationError(problems)
-    hosts = list(dict.fromkeys([*dep.extra.get("workers", []), *dep.extra.get("routers", []),
+    hosts = list(dict.fromkeys([*dep.worker_hosts, *dep.router_hosts,
                                 *(p for pool in dep.pools for p in (pool.hosts or [])),
                                 *([dep.router.host] if dep.router and dep.router.host else [])]))
     return f"{records_dir(dep.state_dir, dep.name)}/generations", hosts, dep.name

@@ -92,9 +92,9 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) ->
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     if fmt == "json":
-        click.echo(json.dumps(redacted(the_plan.to_dict(), dep.extra.get("secret_values") or frozenset()), indent=2))
+        click.echo(json.dumps(redacted(the_plan.to_dict(), dep.secret_values or frozenset()), indent=2))
     elif fmt == "yaml":
-        click.echo(yaml.safe_dump(redacted(the_plan.to_dict(), dep.extra.get("secret_values") or frozenset()), sort_keys=False), nl=False)
+        click.echo(yaml.safe_dump(redacted(the_plan.to_dict(), dep.secret_values or frozenset()), sort_keys=False), nl=False)
     else:
         click.echo(table_text(the_plan), nl=False)
     if out_dir:

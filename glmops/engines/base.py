@@ -84,7 +84,7 @@ def backend_of(dep: Deployment) -> str:
     """The engine that runs the model: ``dep.engine``, or for Dynamo its worker
     backend (``glmops_dynamo_backend``, default vllm)."""
     if dep.engine == "dynamo":
-        return str(dep.extra.get("dynamo_backend") or dep.router.args.get("backend") or "vllm")
+        return str(dep.dynamo_backend or dep.router.args.get("backend") or "vllm")
     return dep.engine
 
 
@@ -352,11 +352,11 @@ def image_for(dep: Deployment, engine_key: str) -> str:
 
 def seed_image(dep: Deployment, engine_key: str) -> str:
     """Container image: catalog ``image_by_model``, then ``image_by_vendor``, then
-    ``default_image``; ``dep.extra['image']`` overrides. Empty for venv runtime."""
+    ``default_image``; ``dep.image`` overrides. Empty for venv runtime."""
     if dep.runtime != "container":
         return ""
-    if dep.extra.get("image"):
-        return str(dep.extra["image"])
+    if dep.image:
+        return str(dep.image)
     eng = CATALOG.engine(engine_key)
     vendor = CATALOG.hardware(dep.hardware).get("vendor")
     return str(

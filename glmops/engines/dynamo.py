@@ -78,8 +78,8 @@ ROLE_STORE = "store"
 def planes(dep) -> dict[str, str]:
     """``{request-plane, event-plane}`` for the whole deployment: ``glmops_dynamo_request_plane``
     (tcp | nats, default tcp) and ``glmops_dynamo_event_plane`` (zmq | nats, default zmq)."""
-    return {"request-plane": str(dep.extra.get("dynamo_request_plane") or "tcp"),
-            "event-plane": str(dep.extra.get("dynamo_event_plane") or "zmq")}
+    return {"request-plane": str(dep.dynamo_request_plane or "tcp"),
+            "event-plane": str(dep.dynamo_event_plane or "zmq")}
 
 
 def uses_nats(dep) -> bool:
@@ -89,7 +89,7 @@ def uses_nats(dep) -> bool:
 
 def store_hosts(ctx: Ctx) -> list[str]:
     """The etcd members' hosts: ``glmops_dynamo_etcd_hosts`` (inventory order), else the front door's host."""
-    named = [str(h) for h in ctx.dep.extra.get("dynamo_etcd_hosts") or [] if str(h) in ctx.dep.hosts]
+    named = [str(h) for h in ctx.dep.dynamo_etcd_hosts or [] if str(h) in ctx.dep.hosts]
     return named or [ctx.front_host]
 
 
@@ -101,7 +101,7 @@ def backend_kind(ctx: Ctx) -> str:
     """``file`` or ``etcd`` (see :func:`discovery`)."""
     if ctx.dep.env.get("DYN_FILE_KV"):
         return "file"
-    if len(ctx.hosts_used) <= 1 and not ctx.dep.extra.get("dynamo_etcd_hosts"):
+    if len(ctx.hosts_used) <= 1 and not ctx.dep.dynamo_etcd_hosts:
         return "file"
     return "etcd"
 
@@ -417,7 +417,7 @@ BACKENDS = VARIABLES["glmops_dynamo_backend"].choices or ()
 
 def rules_backend(dep: Deployment) -> str:
     """The worker backend as the rules read it: ``glmops_dynamo_backend``, vllm when unset."""
-    return str(dep.extra.get("dynamo_backend") or "vllm")
+    return str(dep.dynamo_backend or "vllm")
 
 
 def mocker_flags(cat: Any) -> Any:
@@ -448,9 +448,9 @@ def _flag_sets(dep: Deployment, cat: Any) -> tuple[list, dict[str, str], str]:
 
 def _check_backend_choice(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> bool:
     """``glmops_dynamo_backend`` one of the accepted backends (later rules read its catalog entry)."""
-    if dep.extra.get("dynamo_backend") not in BACKENDS:
+    if dep.dynamo_backend not in BACKENDS:
         problem(out, "CHOICE", src(dep, "glmops_dynamo_backend"),
-                f"glmops_dynamo_backend {dep.extra.get('dynamo_backend')!r} is not accepted; accepted: {', '.join(BACKENDS)}")
+                f"glmops_dynamo_backend {dep.dynamo_backend!r} is not accepted; accepted: {', '.join(BACKENDS)}")
         return False
     return True
 
@@ -481,7 +481,7 @@ def _check_planes(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
                 "ETCD_ENDPOINTS once, the same on the frontend and every worker)",
                 "choose planes with glmops_dynamo_request_plane (tcp, nats) and glmops_dynamo_event_plane "
                 "(zmq, nats), store hosts with glmops_dynamo_etcd_hosts")
-    hosts = [str(h) for h in dep.extra.get("dynamo_etcd_hosts") or []]
+    hosts = [str(h) for h in dep.dynamo_etcd_hosts or []]
     if hosts:
         accepted = [int(n) for n in (facts.cat.engines.get("etcd") or {}).get("members") or [1, 3, 5]]
         if len(hosts) not in accepted or len(set(hosts)) != len(hosts):
@@ -492,7 +492,7 @@ def _check_planes(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
 
 def _check_absent(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None:
     """Dynamo-only variables on another engine."""
-    if dep.extra.get("dynamo_etcd_hosts"):
+    if dep.dynamo_etcd_hosts:
         problem(out, "DYNAMO_ONLY", src(dep, "dynamo_etcd_hosts", "glmops_dynamo_etcd_hosts"),
                 f"glmops_dynamo_etcd_hosts is set but glmops_engine is {dep.engine!r}; accepted: only with engine dynamo")
 

@@ -56,7 +56,7 @@ def settings(dep: Deployment) -> dict[str, Any]:
     from glmops.variables import MONITORING_KEYS
 
     out = {k: v.default for k, v in MONITORING_KEYS.items()}
-    out.update({k: v for k, v in (dep.extra.get("monitoring") or {}).items() if v is not None})
+    out.update({k: v for k, v in (dep.monitoring or {}).items() if v is not None})
     if not out.get("host"):
         out["host"] = dep.router.host or next(iter(dep.hosts), "")
     if out.get("port") is None:

@@ -31,7 +31,7 @@ def dep(*, engine: str, hardware: str, topology: str = "agg", model: str = "glm-
     """A Deployment as glmops.inventory would build it (checkpoint under /models)."""
     local = f"/models/{repo}/{REV}"
     extra = kw.pop("extra", {})
-    return Deployment(
+    d = Deployment(
         name=kw.pop("name", "t"), model=model, variant=variant, engine=engine, topology=topology,
         hardware=hardware, runtime=runtime,
         hosts=kw.pop("hosts", None) or hosts(n_hosts, gpus, rdma=rdma),
@@ -40,9 +40,11 @@ def dep(*, engine: str, hardware: str, topology: str = "agg", model: str = "glm-
         router=router or RouterSpec(),
         served_model_name=served or repo,
         engine_version=kw.pop("engine_version", None) or str(CATALOG.engine(engine).get("version")),
-        extra=extra,
         **kw,
     )
+    if extra:
+        d.extra = extra  # the read's findings under their old keys (Deployment.extra's setter)
+    return d
 
 
 def parse(argv: list[str] | str, positional: int = 0) -> dict[str, Any]:

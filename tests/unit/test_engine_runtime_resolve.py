@@ -139,11 +139,11 @@ def test_role_installs_pins_then_refuses_a_conflict_before_touching_the_venv(whe
 def test_engine_pins_from_catalog_multimodal_and_inventory():
     from types import SimpleNamespace
 
-    dep = SimpleNamespace(engine="trtllm", multimodal=True, extra={"pip_extra": ["einops==0.8.1", "rich"]})
+    dep = SimpleNamespace(engine="trtllm", multimodal=True, pip_extra=["einops==0.8.1", "rich"])
     assert engine_pins(dep, "trtllm") == ["fla-core", "einops==0.8.1", "transformers==5.17.0",
                                           "opencv-python-headless", "rich"]
     assert engine_pins(dep, "vllm_router") == []  # routers do not load the model
-    dep.multimodal, dep.extra = False, {}
+    dep.multimodal, dep.pip_extra = False, []
     assert engine_pins(dep, "trtllm") == ["fla-core", "einops"]
     assert requirement_name("Fla_Core>=0.4") == "fla-core"
     with pytest.raises(ValueError, match="'==1'"):

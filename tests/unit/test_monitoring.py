@@ -205,7 +205,7 @@ def test_promtool_unit_tests_fire_worker_down_kv_full_and_the_slo(tmp_path):
 
     for f in (monitoring.RULES, monitoring.RULE_TESTS):
         shutil.copy(f, tmp_path / f.name)
-    dep = types.SimpleNamespace(name="lab", extra={"monitoring": {"ttft_p99_slo_ms": 2000}},
+    dep = types.SimpleNamespace(name="lab", monitoring={"ttft_p99_slo_ms": 2000},
                                 router=types.SimpleNamespace(host="lab-3"), hosts={"lab-3": None})
     (tmp_path / "slo-lab.yml").write_text(monitoring.slo_rules(dep))
     tests = yaml.safe_load(monitoring.RULE_TESTS.read_text())
