@@ -113,16 +113,25 @@ def _entry(path, kind, target=None):
             "mode": f"{st_.S_IMODE(st.st_mode):04o}", "for": target or path}
 
 
-def _candidates(paths, home):
+def _candidates(paths, home, uid=None):
     """What the user must be able to write, found as root: every directory in the paths' trees
     (to create entries), every lock file (opened for writing) and, for a path that does not
-    exist, its nearest existing parent (to create it; not when HOME itself is missing: the
-    deploy creates HOME for the user)."""
+    exist, its nearest existing parent (to create it).
+
+    Nothing below HOME when HOME is missing or owned by another uid: it is the units'
+    ``StateDirectory=``, which systemd creates for the user, or chowns with its whole tree when
+    the top is not the user's (systemd src/shared/chown-recursive.c; it does not descend when
+    the top already is: the state F11 describes)."""
     out, seen, truncated = [], set(), False
+    try:
+        home_uid = os.lstat(home).st_uid if home else None
+    except OSError:
+        home_uid = -1  # missing
     for top in paths:
+        under_home = bool(home) and (top == home or top.startswith(home.rstrip("/") + "/"))
+        if under_home and home_uid is not None and home_uid != uid:
+            continue
         if not os.path.lexists(top):
-            if home and not os.path.lexists(home) and (top == home or top.startswith(home.rstrip("/") + "/")):
-                continue
             parent = os.path.dirname(top.rstrip("/")) or "/"
             while not os.path.lexists(parent) and parent != "/":
                 parent = os.path.dirname(parent) or "/"
@@ -165,7 +174,7 @@ def writable(opts):
         pw = pwd.getpwnam(user)
     except KeyError:
         return {"user": user, "exists": False}
-    entries, truncated = _candidates(list(opts.get("paths") or []), opts.get("home") or "")
+    entries, truncated = _candidates(list(opts.get("paths") or []), opts.get("home") or "", pw.pw_uid)
     if os.geteuid() != 0 and os.geteuid() != pw.pw_uid:
         return {"user": user, "error": f"cannot check as {user}: not root"}
     rfd, wfd = os.pipe()
