@@ -272,3 +272,59 @@ def test_catalog_prechecks_entries_cite_their_sources():
     assert (Path("/work/shared/seeds/001_45b716f972606a07.txt").is_file()
             or not Path("/work/shared/seeds").is_dir())
     assert set(pc["writable"]["sources"]) <= set(pc["writable"])
+
+
+# ------------------------------------------------------------------ the role: report, opt-in fix, idempotent
+def _role_run(tmp_path: Path, name: str, role_vars: dict, check: bool = False) -> tuple[dict, str]:
+    """The prechecks role on localhost (local connection), only the F11 check on: its last
+    report and the play recap."""
+    import yaml
+
+    out = tmp_path / f"{name}.json"
+    play = tmp_path / f"{name}.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": name, "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"ansible_python_interpreter": sys.executable, "prechecks_use_deployment": False,
+                 "prechecks_os": [], "prechecks_shm_min_mib": 0, "prechecks_memlock": "", "prechecks_time_sync": False,
+                 "prechecks_fail": False, **role_vars},
+        "roles": ["prechecks"],
+        "post_tasks": [{"name": "Keep", "check_mode": False, "changed_when": False,
+                        "ansible.builtin.copy": {"content": "{{ prechecks_result.report | to_json }}", "dest": str(out)}}]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+                           *(["--check"] if check else [])],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    recap = proc.stdout[proc.stdout.rindex("PLAY RECAP"):]
+    return json.loads(out.read_text()), recap
+
+
+def test_role_names_the_lock_then_the_opt_in_fix_makes_it_the_users_once(cache_tree, tmp_path):
+    """F11 through the role: the report names the root 0644 lock and the user; with
+    prechecks_fix_writable the lock becomes the user's and the directories setgid
+    group-writable, the report passes, and a second run changes nothing (changed=0)."""
+    import stat
+
+    home, lock = cache_tree
+    writable = {"user": "nobody", "home": str(home), "paths": [str(home)]}
+    report, recap = _role_run(tmp_path, "report", {"prechecks_writable": writable})
+    assert not report["ok"] and len(report["failed"]) == 1
+    assert report["failed"][0].startswith(f"localhost: the service user nobody cannot write {lock} "
+                                          "(owner root:root, mode 0644; checked as nobody;")
+    assert lock.stat().st_uid == 0  # reporting changes nothing
+
+    report, recap = _role_run(tmp_path, "check", {"prechecks_writable": writable, "prechecks_fix_writable": True},
+                              check=True)
+    assert lock.stat().st_uid == 0 and "changed=1" in recap  # check mode: would fix, fixes nothing
+
+    report, recap = _role_run(tmp_path, "fix", {"prechecks_writable": writable, "prechecks_fix_writable": True})
+    assert report["ok"] and "changed=1" in recap
+    nobody = pwd.getpwnam("nobody")
+    assert (lock.stat().st_uid, lock.stat().st_gid) == (nobody.pw_uid, nobody.pw_gid)
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o664
+    locks_dir = lock.parent.stat()
+    assert locks_dir.st_mode & stat.S_ISGID and stat.S_IMODE(locks_dir.st_mode) & 0o070 == 0o070
+
+    report, recap = _role_run(tmp_path, "again", {"prechecks_writable": writable, "prechecks_fix_writable": True})
+    assert report["ok"] and "changed=0" in recap
