@@ -36,6 +36,8 @@ this module holds everything else and does no I/O, so it is unit-tested directly
                     as that user (F11; :func:`writable_needs`)
 ``host_memory``     ``{bytes, parts}``: RAM the Plan keeps in host memory on the host
                     (:func:`host_memory_needs`), against MemTotal
+``interface``       ``{address, refused}`` (multi-host Plans): an interface of the host holds
+                    its inventory address and is not refused (``lo``, ``docker*``; F17)
 ==================  =========================================================================
 
 Every failing result names the host, the value found and the value needed.
@@ -101,7 +103,12 @@ def needs_from_catalog(hardware: str | None, gpus: list[int] | None = None,
 
 def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
     """Per host of ``plan`` (a glmops.model.Plan of ``dep``): catalog needs plus the
-    checkpoint's disk, the ports the host's services bind and the host's RDMA devices."""
+    checkpoint's disk, the ports the host's services bind, the host's RDMA devices, the paths
+    its service user must write, the RAM the Plan keeps in host memory there and, when the
+    Plan spans hosts, the interface that must hold the host's address (F17)."""
+    from glmops import catalog as cat
+
+    catalog = cat.load()
     out: dict[str, dict[str, Any]] = {}
     engines = sorted({s.engine for s in plan.services})
     for name, host in dep.hosts.items():
@@ -119,8 +126,11 @@ def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
         needs["own_units"] = f"glm-{dep.name}-*.service"
         if host.rdma_devices:
             needs["rdma_devices"] = list(host.rdma_devices)
-        needs["writable"] = writable_needs(dep, plan.on_host(name))
-        memory = host_memory_needs(plan.on_host(name))
+        needs["writable"] = writable_needs(dep, plan.on_host(name), catalog)
+        if len({svc.host for svc in plan.services}) > 1:  # F17: traffic between hosts
+            needs["interface"] = {"address": host.address,
+                                  "refused": list((catalog.prechecks.get("interface") or {}).get("refused") or [])}
+        memory = host_memory_needs(plan.on_host(name), catalog)
         if memory["bytes"]:
             needs["host_memory"] = memory
         out[name] = needs
@@ -219,7 +229,8 @@ def writable_needs(dep, services=(), catalog=None) -> dict[str, Any]:
 
 #: the prechecks role's explicit needs (``prechecks_<key>``; null = keep the computed value)
 NEED_VARS = ("os", "gpu_count", "gpu_name", "driver_min", "nvswitch", "nvlsm", "disk_path", "disk_gib",
-             "shm_min_mib", "memlock", "ports", "time_sync", "rdma_devices", "gpu_state", "writable", "host_memory")
+             "shm_min_mib", "memlock", "ports", "time_sync", "rdma_devices", "gpu_state", "writable", "host_memory",
+             "interface")
 
 
 def host_needs(hardware: str | None, gpus: list[int] | None, deployment_needs: dict | None,
@@ -255,6 +266,7 @@ def facts_options(needs: dict[str, Any]) -> dict[str, Any]:
         "writable": ({k: needs["writable"][k] for k in ("user", "home", "paths") if k in needs["writable"]}
                      if isinstance(needs.get("writable"), dict) else None),
         "memory": bool(needs.get("host_memory")),
+        "address": (needs["interface"].get("address") if isinstance(needs.get("interface"), dict) else None),
     }
 
 
@@ -495,7 +507,36 @@ def evaluate(host: str, facts: dict[str, Any], needs: dict[str, Any]) -> list[di
         _writable(host, facts.get("writable") or {}, needs["writable"], add)
     if isinstance(needs.get("host_memory"), dict) and needs["host_memory"].get("bytes"):
         _host_memory(host, facts.get("memory") or {}, needs["host_memory"], add)
+    if isinstance(needs.get("interface"), dict) and needs["interface"].get("address"):
+        _interface(host, facts.get("interface") or {}, needs["interface"], add)
     return results
+
+
+def _interface(host: str, facts: dict[str, Any], want: dict[str, Any], add) -> None:
+    """F17: the interface holding the host's inventory address exists and is not refused (lo,
+    docker*): it is the one NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME must name."""
+    address = want["address"]
+    refused = list(want.get("refused") or [])
+    needed = f"an interface other than {', '.join(refused)} holding {address}" if refused else \
+        f"an interface holding {address}"
+    shown = "; ".join(f"{i['name']} {' '.join(i.get('addresses') or []) or '-'}"
+                      for i in facts.get("interfaces") or []) or "none"
+    if facts.get("error"):
+        add(_fail(host, "interface", f"unreadable ({facts['error']})", needed, "cannot list the host's interfaces"))
+        return
+    holders = list(facts.get("holders") or [])
+    if not holders:
+        add(_fail(host, "interface", f"no interface holds {address} ({shown})", needed,
+                  f"the inventory address {address} is on no interface of the host; NCCL/Gloo cannot be pointed at "
+                  "it (F17)"))
+        return
+    bad = [h for h in holders if any(fnmatch.fnmatch(h, p) for p in refused)]
+    if bad:
+        add(_fail(host, "interface", f"{address} is on {', '.join(holders)}", needed,
+                  f"the inventory address {address} is on {', '.join(bad)}, which other hosts cannot reach; "
+                  "give the host an address on its cluster network (F17)"))
+    else:
+        add(_ok("interface", f"{', '.join(holders)} holds {address}", needed))
 
 
 def _ranges(indices: list[int]) -> str:

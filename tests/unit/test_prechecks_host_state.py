@@ -328,3 +328,50 @@ def test_role_names_the_lock_then_the_opt_in_fix_makes_it_the_users_once(cache_t
 
     report, recap = _role_run(tmp_path, "again", {"prechecks_writable": writable, "prechecks_fix_writable": True})
     assert report["ok"] and "changed=0" in recap
+
+
+# ------------------------------------------------------------------ F17: the interface holding each address
+def test_interface_needs_only_for_plans_over_several_hosts():
+    """F17 is about traffic between hosts: inventories/lab (disagg over three hosts) checks each
+    host's address; a one-host Plan (inventories/lab-b200sim-sglang) does not."""
+    dep = load_deployment(str(REPO / "inventories" / "lab"), topology="disagg")
+    needs = prechecks.needs_for_deployment(dep, build(dep))
+    assert needs["lab-1"]["interface"] == {"address": dep.hosts["lab-1"].address, "refused": ["lo", "docker*"]}
+    assert prechecks.facts_options(needs["lab-1"])["address"] == dep.hosts["lab-1"].address
+    one = load_deployment(str(REPO / "inventories" / "lab-b200sim-sglang"))
+    assert "interface" not in prechecks.needs_for_deployment(one, build(one))["lab-1"]
+
+
+F17_IFACES = [{"name": "lo", "addresses": ["127.0.0.1"]}, {"name": "eno1", "addresses": ["10.0.0.11"]},
+              {"name": "docker0", "addresses": ["172.17.0.1"]}]
+
+
+@pytest.mark.parametrize("address, holders, fails, text", [
+    # F17: gpu-a's address is on eno1 (both hosts also have docker0): passes, naming eno1
+    ("10.0.0.11", ["eno1"], False, "eno1 holds 10.0.0.11"),
+    # lo and docker* refused (F17)
+    ("127.0.0.1", ["lo"], True, "the inventory address 127.0.0.1 is on lo, which other hosts cannot reach"),
+    ("172.17.0.1", ["docker0"], True, "the inventory address 172.17.0.1 is on docker0"),
+    # the named interface does not hold the address (F17): on no interface at all
+    ("10.0.0.99", [], True, "the inventory address 10.0.0.99 is on no interface of the host"),
+])
+def test_interface_decision(address, holders, fails, text):
+    facts = {"interface": {"address": address, "interfaces": F17_IFACES, "holders": holders}}
+    needs = {"interface": {"address": address, "refused": ["lo", "docker*"]}}
+    [r] = prechecks.evaluate(HOST, facts, needs)
+    assert r["ok"] is not fails and text in (r["message"] if fails else r["found"])
+    if fails:
+        assert r["needed"] == f"an interface other than lo, docker* holding {address}"
+        assert "eno1 10.0.0.11" in r["found"] or holders
+
+
+def test_facts_script_finds_the_interface_of_an_address():
+    """The host side: `ip -j addr` (iproute2) on this machine; loopback holds 127.0.0.1 and a
+    name resolves first."""
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 missing")
+    mod = _facts_module()
+    got = mod.interfaces("127.0.0.1")
+    assert got["holders"] == ["lo"] and any(i["name"] == "lo" for i in got["interfaces"])
+    assert mod.interfaces("localhost")["holders"] == ["lo"]
+    assert mod.interfaces("192.0.2.77")["holders"] == []  # TEST-NET-1 (RFC 5737): on no interface

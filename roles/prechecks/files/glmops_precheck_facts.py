@@ -22,6 +22,8 @@ Options (one JSON object; every key optional):
   writable: {user, home, paths}: which of the paths (their trees, or where a missing one would be
       created) the user cannot write, checked as that user in a child (F11)
   memory: bool (false): MemTotal / MemAvailable from /proc/meminfo
+  address: str: the interfaces (``ip -j addr``) and which of them hold this address (a name is
+      resolved on the host first) (F17)
 Also: OS release, /dev/shm size, clock synchronisation (adjtimex), RDMA devices.
 The comparison against what the deployment needs runs on the controller
 (glmops.prechecks.evaluate). Exit 2 with {"failed": true, "msg"} on bad options.
@@ -221,6 +223,38 @@ def writable(opts):
             "denied": [entries[n] for n in got.get("denied", [])]}
 
 
+def interfaces(address):
+    """``{address, resolved, interfaces: [{name, addresses}], holders: [name]}`` (F17)."""
+    import ipaddress
+    import socket
+
+    rc, out, err = _run(["ip", "-j", "addr", "show"])
+    if rc != 0:
+        return {"address": address, "error": f"ip -j addr: rc {rc}: {(err or out).strip()[:300]}"}
+    try:
+        links = json.loads(out or "[]")
+    except ValueError as exc:
+        return {"address": address, "error": f"ip -j addr: {exc}"}
+    try:
+        wanted = {ipaddress.ip_address(address)}
+    except ValueError:
+        try:
+            wanted = {ipaddress.ip_address(ai[4][0].split("%")[0]) for ai in socket.getaddrinfo(address, None)}
+        except (OSError, ValueError) as exc:
+            return {"address": address, "error": f"cannot resolve {address}: {exc}"}
+    found, holders = [], []
+    for link in links:
+        addrs = [a.get("local", "") for a in link.get("addr_info") or [] if a.get("local")]
+        found.append({"name": link.get("ifname", "?"), "addresses": addrs})
+        for a in addrs:
+            try:
+                if ipaddress.ip_address(a.split("%")[0]) in wanted and link.get("ifname") not in holders:
+                    holders.append(link.get("ifname"))
+            except ValueError:
+                pass
+    return {"address": address, "resolved": sorted(str(w) for w in wanted), "interfaces": found, "holders": holders}
+
+
 def memory():
     out = {}
     try:
@@ -406,7 +440,8 @@ def rdma_devices():
 OPTIONS = {"gpu_vendor": (str, "none"), "fabric": (bool, False), "packages": (list, []), "services": (list, []),
            "disk_path": (str, None), "checkpoint_dir": (str, None),
            "memlock_properties": (list, ["LimitMEMLOCK=infinity"]), "listening": (bool, True),
-           "gpu_state_fields": (list, []), "writable": (dict, None), "memory": (bool, False)}
+           "gpu_state_fields": (list, []), "writable": (dict, None), "memory": (bool, False),
+           "address": (str, None)}
 
 
 def options(text: str) -> dict:
@@ -456,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         facts["writable"] = writable(p["writable"])
     if p["memory"]:
         facts["memory"] = memory()
+    if p["address"]:
+        facts["interface"] = interfaces(p["address"])
     print(json.dumps({"changed": False, "facts": facts}))
     return 0
 
