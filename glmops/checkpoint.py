@@ -780,13 +780,26 @@ def _remove_partials(local_dir: str, path: str) -> None:
                     os.unlink(full)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """A transfer never outlives the download that started it (a killed run leaves no writer)."""
-    import ctypes
-    import signal
+_PDEATHSIG: Callable[[], Any] | None = None
 
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+def _die_with_parent_fn() -> Callable[[], Any] | None:
+    """A ``preexec_fn`` making the child die with this process (``prctl(PR_SET_PDEATHSIG,
+    SIGKILL)``): a transfer never outlives the download that started it, so a killed run leaves
+    no writer. Resolved here, in the parent: the child (forked, maybe beside other threads)
+    only calls it, importing nothing."""
+    global _PDEATHSIG
+    if _PDEATHSIG is None:
+        try:
+            import ctypes
+            import signal
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+            sig = int(signal.SIGKILL)
+            _PDEATHSIG = lambda: prctl(1, sig)  # noqa: E731 - PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - not Linux
+            _PDEATHSIG = lambda: None  # noqa: E731
+    return _PDEATHSIG
 
 
 class _Transfer:
@@ -801,7 +814,7 @@ class _Transfer:
             env = plain_http_env(env)
         self.out = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([_python(), "-c", _CHILD], stdin=subprocess.PIPE, stdout=self.out,
-                                     stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+                                     stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent_fn())
         self.proc.stdin.write(json.dumps(dict(args, path=hf.path)).encode())
         self.proc.stdin.close()
         self.bytes = -1

@@ -456,3 +456,35 @@ def test_plain_http_env_turns_the_fast_transfers_off():
     no longer used (HF_HUB_ENABLE_HF_TRANSFER only warns)."""
     env = ck.plain_http_env({"HF_XET_HIGH_PERFORMANCE": "1", "HF_HUB_ENABLE_HF_TRANSFER": "1", "PATH": "/bin"})
     assert env == {"HF_HUB_DISABLE_XET": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0", "PATH": "/bin"}
+
+
+def _transfers() -> list[int]:
+    """Pids of running per-file transfers (their argv carries the child code)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                if b"hf_hub_download(repo_id" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    out.append(int(pid))
+    return out
+
+
+def test_a_killed_download_leaves_no_transfer_behind(tmp_path):
+    """Each file's transfer dies with the download that started it (PR_SET_PDEATHSIG): a node's
+    killed run leaves no writer that could finish a file behind the next run's back."""
+    with HubDouble() as h:
+        _files, _piece, held = _stall_repo(h)
+        h.set_faults([{"kind": "stall", "after_bytes": held, "path": "big.safetensors"}])
+        code = ("from glmops import checkpoint as ck; "
+                f"ck.download({REPO!r}, {COMMIT!r}, {str(tmp_path / 'm')!r}, endpoint={h.url!r}, margin_bytes=0)")
+        env = dict(os.environ, HF_HUB_DOWNLOAD_TIMEOUT="3600")
+        before = set(_transfers())
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for("held transfer of big.safetensors", lambda: h.stats()["stalled"], proc)
+            assert set(_transfers()) - before
+        finally:
+            proc.kill()
+            proc.communicate()
+        _wait_for("the transfers to end with their download", lambda: not set(_transfers()) - before, timeout_s=30)
