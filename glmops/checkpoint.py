@@ -653,7 +653,9 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
         result["stale_partial_bytes"] = remove_stale_partials(local_dir)
         with ProgressWriter(progress_file, local_dir, manifest) as progress:
             def on_stall(stall: dict[str, Any], stalls: list[dict[str, Any]], plain_http: bool) -> None:
-                progress.extra.update(stalls=list(stalls), plain_http=plain_http, stalled=stall_text(stall, plain_http))
+                # a new dict, not an update: the writer thread may be reading the old one
+                progress.extra = {**progress.extra, "stalls": list(stalls), "plain_http": plain_http,
+                                  "stalled": stall_text(stall, plain_http)}
                 progress.write("running")
 
             try:
@@ -815,8 +817,9 @@ class _Transfer:
         self.out = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([_python(), "-c", _CHILD], stdin=subprocess.PIPE, stdout=self.out,
                                      stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent_fn())
-        self.proc.stdin.write(json.dumps(dict(args, path=hf.path)).encode())
-        self.proc.stdin.close()
+        with contextlib.suppress(BrokenPipeError):  # a child that died at once: its exit says why
+            self.proc.stdin.write(json.dumps(dict(args, path=hf.path)).encode())
+            self.proc.stdin.close()
         self.bytes = -1
         self.moved_at = time.monotonic()
         self.ready = False
