@@ -24,15 +24,20 @@ Flow of :func:`download` (issue 6, F10, F12):
    filesystem holding ``local_dir``; not enough raises :class:`CheckpointError` code
    ``F10_DISK`` naming needed and available bytes, before the first blob request.
 3. Take an exclusive ``flock`` on ``<model_dir>/.glmops-locks/<repo>@<commit>.lock`` (one
-   writer per checkpoint, also across hosts on a shared NFS mount), then
-   ``huggingface_hub.snapshot_download(repo, revision=commit, local_dir=...)``. Resume is the
-   client's own: files already complete (with its ``.cache/huggingface`` metadata at that
-   commit) are not requested again, and a connection dropped mid-file is retried within the
-   run with a ``Range`` request from the last 10 MiB boundary. Across runs the unit of resume
-   is the file: huggingface-hub 2.4.0 writes each file to a process-unique ``*.incomplete``
-   name and does not reuse another process's part (its PR 4228), so a killed run's parts are
-   deleted here (:func:`remove_stale_partials`) and that file is fetched again. hf_xet is used
-   by the client when it is installed. Progress (bytes on disk / expected) goes to a JSON file.
+   writer per checkpoint, also across hosts on a shared NFS mount), then fetch each file not
+   yet complete with ``huggingface_hub.hf_hub_download(repo, path, revision=commit,
+   local_dir=...)``, ``max_workers`` at once, each in its own process (:func:`fetch_files`).
+   Resume is the client's own: files already complete (with its ``.cache/huggingface``
+   metadata at that commit) are not requested again, and a connection dropped mid-file is
+   retried within the transfer with a ``Range`` request from the last 10 MiB boundary. Across
+   runs the unit of resume is the file: huggingface-hub 2.4.0 writes each file to a
+   process-unique ``*.incomplete`` name and does not reuse another process's part (its PR
+   4228), so a killed run's parts are deleted here (:func:`remove_stale_partials`) and that
+   file is fetched again. hf_xet is used by the client when it is installed. A watchdog
+   (F31) ends the transfer of a file whose bytes do not move for ``stall_timeout_s``, names
+   the file, fetches it again, switches to plain HTTP after repeated stalls and gives up
+   (``STALL``) when one file keeps stalling. Progress (bytes on disk / expected, the stalls)
+   goes to a JSON file.
 4. :func:`verify`: every file's size against the tree listing, sha256 of LFS files, git blob
    sha1 of the others; a mismatch raises ``VERIFY`` naming each file.
 5. Write the marker (:func:`write_marker`): the manifest (the hub's metadata) plus the size
@@ -70,6 +75,15 @@ DEFAULT_MARGIN_BYTES = 512 * 1024 * 1024
 CHUNK = 8 * 1024 * 1024
 # snapshot_download's own working area inside local_dir (metadata, .incomplete parts)
 CLIENT_CACHE = ".cache/huggingface"
+#: F31: a file whose bytes on disk do not move for this long is stalled (the role's
+#: ``checkpoint_stall_timeout_s``). The client writes in ``DOWNLOAD_CHUNK_SIZE`` (10 MiB) pieces,
+#: so a transfer slower than 10 MiB per timeout also counts as stalled (17 KiB/s at 600 s).
+DEFAULT_STALL_TIMEOUT_S = 600.0
+#: after this many stalls in a run, every later transfer goes over plain HTTP (hf_xet off)
+DEFAULT_STALL_FALLBACK_AFTER = 2
+#: a file that stalls this many times fails the download, named
+DEFAULT_STALL_MAX = 4
+
 
 
 class CheckpointError(Exception):
@@ -484,6 +498,8 @@ class ProgressWriter:
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._t0 = time.monotonic()
         self._b0 = 0
+        #: fields every later write carries (the stalls so far, F31)
+        self.extra: dict[str, Any] = {}
 
     def __enter__(self) -> "ProgressWriter":
         if self.path:
@@ -510,7 +526,7 @@ class ProgressWriter:
         data = {"state": state, "bytes_done": done, "bytes_total": total,
                 "files_total": len(self.manifest.files),
                 "percent": round(100.0 * done / total, 1) if total else 100.0,
-                "rate_bps": int(max(done - self._b0, 0) / elapsed), "updated": time.time(), **extra}
+                "rate_bps": int(max(done - self._b0, 0) / elapsed), "updated": time.time(), **self.extra, **extra}
         with contextlib.suppress(OSError):
             _atomic_json(self.path, data, 0o644)
 
@@ -585,12 +601,16 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
              margin_ratio: float = DEFAULT_MARGIN_RATIO, margin_bytes: int = DEFAULT_MARGIN_BYTES,
              lock: bool = True, lock_timeout_s: float = 6 * 3600, max_workers: int = 8,
              owner: str | None = None, group: str | None = None, offline: bool = True,
-             dry_run: bool = False) -> dict[str, Any]:
+             dry_run: bool = False, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+             stall_fallback_after: int = DEFAULT_STALL_FALLBACK_AFTER,
+             stall_max: int = DEFAULT_STALL_MAX) -> dict[str, Any]:
     """Download ``repo`` at ``revision`` into ``local_dir`` (default
     ``<model_dir>/<repo>/<commit>``), verified. See the module docstring for the steps.
+    ``stall_*``: the watchdog of :func:`fetch_files` (F31).
 
     Returns ``{changed, commit, local_dir, manifest, fetched (paths requested from the hub),
-    complete_before (already complete, not requested), space (SpaceCheck dict), verified, seconds, xet, lock_waited_s}``.
+    complete_before (already complete, not requested), space (SpaceCheck dict), verified, seconds, xet, lock_waited_s,
+    stalls, plain_http}``.
     ``dry_run``: steps 1-2 only (check mode), nothing written. Raises :class:`CheckpointError`.
     The token is only handed to huggingface-hub; it never appears in the result or errors.
     """
@@ -606,7 +626,8 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
     mpath = marker_path(state_dir, repo, manifest.commit) if state_dir else None
     result: dict[str, Any] = {"changed": False, "commit": manifest.commit, "local_dir": local_dir,
                               "manifest": manifest.to_dict(), "fetched": [], "complete_before": [],
-                              "xet": xet_available(), "lock_waited_s": 0.0, "verified": False}
+                              "xet": xet_available(), "lock_waited_s": 0.0, "verified": False,
+                              "stalls": [], "plain_http": False}
     if mpath and marker_valid(read_marker(mpath), local_dir, manifest):
         result.update(verified=True, complete_before=[f.path for f in manifest.files], seconds=time.monotonic() - t0)
         return result
@@ -631,11 +652,19 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
         os.makedirs(local_dir, exist_ok=True)
         result["stale_partial_bytes"] = remove_stale_partials(local_dir)
         with ProgressWriter(progress_file, local_dir, manifest) as progress:
+            def on_stall(stall: dict[str, Any], stalls: list[dict[str, Any]], plain_http: bool) -> None:
+                # a new dict, not an update: the writer thread may be reading the old one
+                progress.extra = {**progress.extra, "stalls": list(stalls), "plain_http": plain_http,
+                                  "stalled": stall_text(stall, plain_http)}
+                progress.write("running")
+
             try:
-                _snapshot(repo, manifest, local_dir, endpoint, token, max_workers)
+                fetched = fetch_files(repo, manifest, local_dir, endpoint, token, max_workers, stall_timeout_s,
+                                      stall_fallback_after, stall_max, on_stall=on_stall, skip=before)
             except CheckpointError as exc:
                 progress.write("failed", error=exc.message)
                 raise
+            result.update(fetched)
             progress.write("verifying")
             try:
                 records = verify(local_dir, manifest)
@@ -685,26 +714,237 @@ def _client_complete(local_dir: str, manifest: Manifest) -> list[str]:
     return done
 
 
-def _snapshot(repo: str, manifest: Manifest, local_dir: str, endpoint: str | None, token: str | None,
-              max_workers: int) -> None:
-    """``snapshot_download`` at the commit for exactly the manifest's files."""
-    from huggingface_hub import snapshot_download
+# One file per child process, so a stalled transfer can be ended alone (a thread cannot be
+# killed) and every other file keeps its progress. Arguments (token included) come on stdin,
+# never argv; "ready" once the client is imported (the watchdog's clock starts there), then the
+# first line of an error goes to stdout as JSON.
+_CHILD = r"""
+import json, sys
+a = json.loads(sys.stdin.read())
+try:
+    from huggingface_hub import hf_hub_download
+    print("ready", flush=True)
+    hf_hub_download(repo_id=a["repo"], filename=a["path"], revision=a["commit"], local_dir=a["local_dir"],
+                    endpoint=a["endpoint"], token=a["token"] or False)
+except BaseException as exc:
+    text = str(exc).strip()
+    print(json.dumps({"error": type(exc).__name__ + ": " + (text.splitlines()[0] if text else "")}))
+    sys.exit(1)
+"""
 
-    patterns = [f.path for f in manifest.files]
+
+def plain_http_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with huggingface-hub's fast transfer off, so files come over plain HTTP GETs
+    with Range resume (``http_get``). huggingface-hub 2.4.0 (constants.py, utils/_runtime.py):
+    ``HF_HUB_DISABLE_XET=1`` makes ``is_xet_available()`` false; ``HF_XET_HIGH_PERFORMANCE`` only
+    tunes hf_xet; ``hf_transfer`` is no longer used (``HF_HUB_ENABLE_HF_TRANSFER`` only warns),
+    set to 0 for older clients."""
+    out = dict(env)
+    out.pop("HF_XET_HIGH_PERFORMANCE", None)
+    out.update(HF_HUB_DISABLE_XET="1", HF_HUB_ENABLE_HF_TRANSFER="0")
+    return out
+
+
+def partial_prefix(local_dir: str, path: str) -> str:
+    """Where the client writes ``path`` while it downloads into ``local_dir``: huggingface-hub
+    2.4.0 ``_local_folder.py`` (``incomplete_path``: ``<short_hash(<name>.metadata)>.<etag>``
+    beside the metadata under ``.cache/huggingface/download/<dir>``) and ``file_download.py``
+    (``_download_to_tmp_and_move`` adds ``.<uuid8>.incomplete``)."""
+    import base64
+
+    d, name = os.path.split(path)
+    short = base64.urlsafe_b64encode(hashlib.sha1(f"{name}.metadata".encode()).digest()).decode()
+    return os.path.join(local_dir, CLIENT_CACHE, "download", d, short + ".")
+
+
+def file_bytes(local_dir: str, path: str) -> int:
+    """Bytes of ``path`` on disk in ``local_dir``: the finished file, else its partials."""
+    with contextlib.suppress(OSError):
+        return os.stat(os.path.join(local_dir, path)).st_size
+    prefix = partial_prefix(local_dir, path)
+    total = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(os.path.dirname(prefix)):
+            full = os.path.join(os.path.dirname(prefix), name)
+            if full.startswith(prefix) and name.endswith(".incomplete"):
+                with contextlib.suppress(OSError):
+                    total += os.stat(full).st_size
+    return total
+
+
+def _remove_partials(local_dir: str, path: str) -> None:
+    prefix = partial_prefix(local_dir, path)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(os.path.dirname(prefix)):
+            full = os.path.join(os.path.dirname(prefix), name)
+            if full.startswith(prefix) and name.endswith(".incomplete"):
+                with contextlib.suppress(OSError):
+                    os.unlink(full)
+
+
+_PDEATHSIG: Callable[[], Any] | None = None
+
+
+def _die_with_parent_fn() -> Callable[[], Any] | None:
+    """A ``preexec_fn`` making the child die with this process (``prctl(PR_SET_PDEATHSIG,
+    SIGKILL)``): a transfer never outlives the download that started it, so a killed run leaves
+    no writer. Resolved here, in the parent: the child (forked, maybe beside other threads)
+    only calls it, importing nothing."""
+    global _PDEATHSIG
+    if _PDEATHSIG is None:
+        try:
+            import ctypes
+            import signal
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+            sig = int(signal.SIGKILL)
+            _PDEATHSIG = lambda: prctl(1, sig)  # noqa: E731 - PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - not Linux
+            _PDEATHSIG = lambda: None  # noqa: E731
+    return _PDEATHSIG
+
+
+class _Transfer:
+    """One file in flight in its own child process."""
+
+    def __init__(self, hf: HubFile, attempt: int, plain_http: bool, args: dict[str, Any]):
+        import tempfile
+
+        self.file, self.attempt, self.plain_http = hf, attempt, plain_http
+        env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1")
+        if plain_http:
+            env = plain_http_env(env)
+        self.out = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([_python(), "-c", _CHILD], stdin=subprocess.PIPE, stdout=self.out,
+                                     stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent_fn())
+        with contextlib.suppress(BrokenPipeError):  # a child that died at once: its exit says why
+            self.proc.stdin.write(json.dumps(dict(args, path=hf.path)).encode())
+            self.proc.stdin.close()
+        self.bytes = -1
+        self.moved_at = time.monotonic()
+        self.ready = False
+
+    def started(self) -> bool:
+        """True once the child has imported the client (its "ready" line)."""
+        if not self.ready:
+            with contextlib.suppress(OSError, ValueError):
+                self.ready = os.fstat(self.out.fileno()).st_size > 0
+        return self.ready
+
+    def error(self) -> str:
+        self.out.seek(0)
+        text = self.out.read().decode("utf-8", "replace").strip()
+        for line in reversed(text.splitlines()):
+            with contextlib.suppress(ValueError, AttributeError):
+                return str(json.loads(line)["error"])
+        return text.splitlines()[-1] if text else f"exit {self.proc.returncode}"
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+        self.out.close()
+
+
+def _python() -> str:
+    """The interpreter for the transfers: this one (the hub venv's on a host)."""
+    import sys
+
+    return sys.executable
+
+
+def fetch_files(repo: str, manifest: Manifest, local_dir: str, endpoint: str | None, token: str | None,
+                max_workers: int = 8, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+                stall_fallback_after: int = DEFAULT_STALL_FALLBACK_AFTER, stall_max: int = DEFAULT_STALL_MAX,
+                on_stall: Callable[[dict[str, Any], list[dict[str, Any]], bool], None] | None = None,
+                skip: set[str] | frozenset = frozenset(), poll_s: float | None = None) -> dict[str, Any]:
+    """Fetch the manifest's files (but ``skip``) into ``local_dir`` with huggingface-hub's
+    ``hf_hub_download``, ``max_workers`` at once, each in its own process, under a watchdog (F31):
+
+    * a file whose bytes on disk (:func:`file_bytes`) do not move for ``stall_timeout_s`` is a
+      stall: its transfer is killed, its partial removed, and the file is fetched again;
+    * after ``stall_fallback_after`` stalls in the run every later transfer is plain HTTP
+      (:func:`plain_http_env`);
+    * a file that stalls ``stall_max`` times raises ``STALL`` naming it, with every stall.
+
+    ``stall_timeout_s`` 0 turns the watchdog off. ``on_stall(stall, stalls, plain_http)`` is
+    called at each stall (the progress file names it). Returns ``{stalls, plain_http}``; each
+    stall is ``{path, bytes, size, percent, seconds, attempt, transfer}``. A transfer that
+    fails otherwise raises ``HUB`` naming it, after every other file was tried."""
+    args = {"repo": repo, "commit": manifest.commit, "local_dir": local_dir, "endpoint": endpoint,
+            "token": token or ""}
+    queue = [f for f in manifest.files if f.path not in skip]
+    attempts: dict[str, int] = {}
+    stalls: list[dict[str, Any]] = []
+    running: list[_Transfer] = []
+    errors: list[tuple[str, str]] = []
+    plain_http = False
+    poll = poll_s if poll_s is not None else (min(1.0, stall_timeout_s / 10) if stall_timeout_s else 1.0)
     try:
-        snapshot_download(repo_id=repo, revision=manifest.commit, local_dir=local_dir,
-                          allow_patterns=[_glob_escape(p) for p in patterns], endpoint=endpoint,
-                          token=token if token else False, max_workers=max_workers)
-    except Exception as exc:
-        text = str(exc)
-        named = [p for p in patterns if p in text]
-        if not named:  # name the files that did not arrive
-            named = [p for p in patterns if p not in complete_files(local_dir, manifest)]
+        while queue or running:
+            while queue and len(running) < max(1, int(max_workers)):
+                hf = queue.pop(0)
+                attempts[hf.path] = attempts.get(hf.path, 0) + 1
+                running.append(_Transfer(hf, attempts[hf.path], plain_http, args))
+            time.sleep(poll)
+            now = time.monotonic()
+            for t in list(running):
+                rc = t.proc.poll()
+                if rc is not None:
+                    running.remove(t)
+                    if rc != 0:
+                        errors.append((t.file.path, t.error()))
+                    t.out.close()
+                    continue
+                if not t.started():
+                    t.moved_at = now
+                    continue
+                size = file_bytes(local_dir, t.file.path)
+                if size != t.bytes:
+                    t.bytes, t.moved_at = size, now
+                    continue
+                if not stall_timeout_s or now - t.moved_at < stall_timeout_s:
+                    continue
+                t.kill()
+                running.remove(t)
+                _remove_partials(local_dir, t.file.path)
+                size = max(t.bytes, 0)
+                stall = {"path": t.file.path, "bytes": size, "size": t.file.size,
+                         "percent": round(100.0 * size / t.file.size, 1) if t.file.size else 0.0,
+                         "seconds": round(now - t.moved_at, 1), "attempt": t.attempt,
+                         "transfer": "http" if t.plain_http else "default"}
+                stalls.append(stall)
+                plain_http = plain_http or len(stalls) >= stall_fallback_after
+                if on_stall:
+                    with contextlib.suppress(Exception):
+                        on_stall(stall, stalls, plain_http)
+                mine = [s for s in stalls if s["path"] == t.file.path]
+                if len(mine) >= stall_max:
+                    raise CheckpointError(
+                        "STALL", f"{t.file.path} stalled {len(mine)} times (no bytes for "
+                        f"{stall_timeout_s:g} s, last at {stall['percent']:.1f} % over "
+                        f"{'plain HTTP' if t.plain_http else 'the default transfer'}); "
+                        f"download of {repo}@{manifest.commit} given up; run again to resume",
+                        files=[t.file.path], details={"stalls": stalls})
+                queue.insert(0, t.file)
+    finally:
+        for t in running:
+            t.kill()
+    if errors:
+        named = [p for p, _ in errors]
+        text = "; ".join(f"{p}: {e}" for p, e in errors)
         if token:
             text = text.replace(token, "***")
-        raise CheckpointError("HUB", f"download of {repo}@{manifest.commit} failed ({type(exc).__name__}: "
-                              f"{text.splitlines()[0] if text else ''}); unfinished: {', '.join(named) or '?'}; "
-                              "run again to resume", files=named) from None
+        raise CheckpointError("HUB", f"download of {repo}@{manifest.commit} failed ({text}); unfinished: "
+                              f"{', '.join(named)}; run again to resume", files=named)
+    return {"stalls": stalls, "plain_http": plain_http}
+
+
+def stall_text(stall: dict[str, Any], plain_http: bool) -> str:
+    """One line naming a stalled file: ``big.safetensors stalled at 42.0 % (no bytes for 600 s),
+    attempt 1; fetching it again [over plain HTTP]``."""
+    return (f"{stall['path']} stalled at {stall['percent']:.1f} % (no bytes for {stall['seconds']:g} s), "
+            f"attempt {stall['attempt']}; fetching it again{' over plain HTTP' if plain_http else ''}")
 
 
 def _glob_escape(path: str) -> str:

@@ -30,6 +30,14 @@ this module holds everything else and does no I/O, so it is unit-tested directly
 ``own_units``       unit glob whose listeners are ours (a redeploy is no collision)
 ``time_sync``       True: the clock must be NTP-synchronised; ``"warn"``: only reported
 ``rdma_devices``    RDMA devices that must exist under /sys/class/infiniband (F06)
+``gpu_state``       ``{nvidia-smi --query-gpu field: {label, accepted, needed, how}}`` checked
+                    on every GPU (F28; catalog ``prechecks.yaml`` ``gpu_state``)
+``writable``        ``{user, home, paths}``: every path the service user must write, checked
+                    as that user (F11; :func:`writable_needs`)
+``host_memory``     ``{bytes, parts}``: RAM the Plan keeps in host memory on the host
+                    (:func:`host_memory_needs`), against MemTotal
+``interface``       ``{address, refused}`` (multi-host Plans): an interface of the host holds
+                    its inventory address and is not refused (``lo``, ``docker*``; F17)
 ==================  =========================================================================
 
 Every failing result names the host, the value found and the value needed.
@@ -86,6 +94,7 @@ def needs_from_catalog(hardware: str | None, gpus: list[int] | None = None,
     if gpus:
         needs["gpu_indices"] = sorted(int(g) for g in gpus)
     if hw["vendor"] == "nvidia":
+        needs["gpu_state"] = gpu_state_needs(catalog)
         needs["driver_min"] = driver_min(catalog, engines)
         needs["nvswitch"] = bool(hw.get("nvswitch"))
         needs["nvlsm"] = bool(hw.get("nvswitch")) and hw.get("arch_family") == "blackwell"
@@ -94,7 +103,12 @@ def needs_from_catalog(hardware: str | None, gpus: list[int] | None = None,
 
 def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
     """Per host of ``plan`` (a glmops.model.Plan of ``dep``): catalog needs plus the
-    checkpoint's disk, the ports the host's services bind and the host's RDMA devices."""
+    checkpoint's disk, the ports the host's services bind, the host's RDMA devices, the paths
+    its service user must write, the RAM the Plan keeps in host memory there and, when the
+    Plan spans hosts, the interface that must hold the host's address (F17)."""
+    from glmops import catalog as cat
+
+    catalog = cat.load()
     out: dict[str, dict[str, Any]] = {}
     engines = sorted({s.engine for s in plan.services})
     for name, host in dep.hosts.items():
@@ -112,13 +126,111 @@ def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
         needs["own_units"] = f"glm-{dep.name}-*.service"
         if host.rdma_devices:
             needs["rdma_devices"] = list(host.rdma_devices)
+        needs["writable"] = writable_needs(dep, plan.on_host(name), catalog)
+        if len({svc.host for svc in plan.services}) > 1:  # F17: traffic between hosts
+            needs["interface"] = {"address": host.address,
+                                  "refused": list((catalog.prechecks.get("interface") or {}).get("refused") or [])}
+        memory = host_memory_needs(plan.on_host(name), catalog)
+        if memory["bytes"]:
+            needs["host_memory"] = memory
         out[name] = needs
     return out
 
 
+def gpu_state_needs(catalog=None) -> dict[str, dict[str, Any]]:
+    """``{field: {label, accepted, needed, how}}``: the GPU state every NVIDIA GPU must be in,
+    by ``nvidia-smi --query-gpu`` field (catalog ``prechecks.yaml`` ``gpu_state``, F28)."""
+    from glmops import catalog as cat
+
+    catalog = catalog or cat.load()
+    return {field: {k: entry[k] for k in ("label", "accepted", "needed", "how")}
+            for field, entry in (catalog.prechecks.get("gpu_state") or {}).items()}
+
+
+def _backend(svc) -> str:
+    """The engine whose flags a service's argv carries (a Dynamo worker: its backend module)."""
+    if svc.engine != "dynamo":
+        return svc.engine
+    for word in svc.argv:
+        m = re.fullmatch(r"dynamo\.(vllm|sglang|trtllm)", str(word))
+        if m:
+            return m.group(1)
+    return svc.engine
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``argv`` (``--f v`` or ``--f=v``; the last one wins)."""
+    value = None
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif str(word).startswith(flag + "="):
+            value = str(word)[len(flag) + 1:]
+    return value
+
+
+def host_memory_needs(services, catalog=None) -> dict[str, Any]:
+    """RAM the services of one host keep in host memory: ``{bytes, parts: [text]}``.
+
+    Each catalog ``host_memory.flags`` entry its backend's argv carries counts its value in its
+    unit, per TP rank on this host (the service's GPUs here) or once per worker; every worker
+    that keeps something in host memory adds ``worker_extra_gib`` (shared memory and the
+    process: seed 001's 448 GiB per worker Pod less its 400 GB HiCache). ``bytes`` 0: the Plan
+    keeps nothing in host memory here (no check)."""
+    from glmops import catalog as cat
+
+    catalog = catalog or cat.load()
+    spec = catalog.prechecks.get("host_memory") or {}
+    total, parts = 0, []
+    for svc in services:
+        backend, ranks, mine = _backend(svc), max(len(svc.gpus or []), 1), 0
+        for entry in spec.get("flags") or []:
+            raw = _flag_value(list(svc.argv), entry["flag"]) if entry["backend"] == backend else None
+            try:
+                value = float(raw) if raw is not None else 0.0
+            except ValueError:
+                continue
+            if value <= 0:
+                continue
+            unit = 1e9 if entry["unit"] == "GB" else float(2**30)
+            times = ranks if entry["per"] == "rank" else 1
+            mine += int(value * unit * times)
+            parts.append(f"{svc.name}: {entry['flag']} {raw} {entry['unit']}"
+                         + (f" x {ranks} TP ranks" if entry["per"] == "rank" else "")
+                         + f" = {value * unit * times / 2**30:.1f} GiB")
+        if mine:
+            extra = int(float(spec.get("worker_extra_gib") or 0) * 2**30)
+            parts.append(f"{svc.name}: shared memory and process {extra / 2**30:.1f} GiB")
+            total += mine + extra
+    return {"bytes": total, "parts": parts}
+
+
+def writable_needs(dep, services=(), catalog=None) -> dict[str, Any]:
+    """``{user, home, paths}``: what the service user must write on a host (F11): its HOME
+    (``<state_dir>/<deployment>``, the units' HOME and StateDirectory), the Hugging Face cache
+    (``HF_HOME``, ``HF_HUB_CACHE`` from the deployment's env or their defaults under HOME) and
+    its ``.locks``, and the compile caches of the backends the host runs (catalog
+    ``prechecks.yaml`` ``writable``)."""
+    from glmops import catalog as cat
+
+    catalog = catalog or cat.load()
+    spec = catalog.prechecks.get("writable") or {}
+    home = f"{dep.state_dir.rstrip('/')}/{dep.name}"
+    env = dict(dep.env or {})
+    for svc in services:
+        env.update({k: v for k, v in (svc.env or {}).items() if k in ("HF_HOME", "HF_HUB_CACHE")})
+    hf_home = env.get("HF_HOME") or f"{home}/{spec.get('hf_home', '.cache/huggingface')}"
+    hub = env.get("HF_HUB_CACHE") or f"{hf_home.rstrip('/')}/{spec.get('hub_cache', 'hub')}"
+    paths = [home, hf_home, hub, f"{hub.rstrip('/')}/{spec.get('locks', '.locks')}"]
+    for backend in sorted({_backend(s) for s in services}):
+        paths += [f"{home}/{rel}" for rel in (spec.get("compile_caches") or {}).get(backend, [])]
+    return {"user": dep.service_user, "home": home, "paths": list(dict.fromkeys(paths))}
+
+
 #: the prechecks role's explicit needs (``prechecks_<key>``; null = keep the computed value)
 NEED_VARS = ("os", "gpu_count", "gpu_name", "driver_min", "nvswitch", "nvlsm", "disk_path", "disk_gib",
-             "shm_min_mib", "memlock", "ports", "time_sync", "rdma_devices")
+             "shm_min_mib", "memlock", "ports", "time_sync", "rdma_devices", "gpu_state", "writable", "host_memory",
+             "interface")
 
 
 def host_needs(hardware: str | None, gpus: list[int] | None, deployment_needs: dict | None,
@@ -150,6 +262,11 @@ def facts_options(needs: dict[str, Any]) -> dict[str, Any]:
         "checkpoint_dir": needs.get("checkpoint_dir"),
         "memlock_properties": needs.get("memlock_properties", ["LimitMEMLOCK=infinity"]) if needs.get("memlock") else [],
         "listening": bool(needs.get("ports")),
+        "gpu_state_fields": sorted(needs.get("gpu_state") or {}) if vendor == "nvidia" else [],
+        "writable": ({k: needs["writable"][k] for k in ("user", "home", "paths") if k in needs["writable"]}
+                     if isinstance(needs.get("writable"), dict) else None),
+        "memory": bool(needs.get("host_memory")),
+        "address": (needs["interface"].get("address") if isinstance(needs.get("interface"), dict) else None),
     }
 
 
@@ -383,7 +500,132 @@ def evaluate(host: str, facts: dict[str, Any], needs: dict[str, Any]) -> list[di
                       f"RDMA devices {missing} named in the inventory do not exist (F06)"))
         else:
             add(_ok("rdma_devices", sorted(have), needs["rdma_devices"]))
+
+    if vendor == "nvidia" and needs.get("gpu_state") and not gpu.get("error"):
+        _gpu_state(host, gpu, needs["gpu_state"], add)
+    if isinstance(needs.get("writable"), dict) and needs["writable"].get("paths"):
+        _writable(host, facts.get("writable") or {}, needs["writable"], add)
+    if isinstance(needs.get("host_memory"), dict) and needs["host_memory"].get("bytes"):
+        _host_memory(host, facts.get("memory") or {}, needs["host_memory"], add)
+    if isinstance(needs.get("interface"), dict) and needs["interface"].get("address"):
+        _interface(host, facts.get("interface") or {}, needs["interface"], add)
     return results
+
+
+def _interface(host: str, facts: dict[str, Any], want: dict[str, Any], add) -> None:
+    """F17: the interface holding the host's inventory address exists and is not refused (lo,
+    docker*): it is the one NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME must name."""
+    address = want["address"]
+    refused = list(want.get("refused") or [])
+    needed = f"an interface other than {', '.join(refused)} holding {address}" if refused else \
+        f"an interface holding {address}"
+    shown = "; ".join(f"{i['name']} {' '.join(i.get('addresses') or []) or '-'}"
+                      for i in facts.get("interfaces") or []) or "none"
+    if facts.get("error"):
+        add(_fail(host, "interface", f"unreadable ({facts['error']})", needed, "cannot list the host's interfaces"))
+        return
+    holders = list(facts.get("holders") or [])
+    if not holders:
+        add(_fail(host, "interface", f"no interface holds {address} ({shown})", needed,
+                  f"the inventory address {address} is on no interface of the host; NCCL/Gloo cannot be pointed at "
+                  "it (F17)"))
+        return
+    bad = [h for h in holders if any(fnmatch.fnmatch(h, p) for p in refused)]
+    if bad:
+        add(_fail(host, "interface", f"{address} is on {', '.join(holders)}", needed,
+                  f"the inventory address {address} is on {', '.join(bad)}, which other hosts cannot reach; "
+                  "give the host an address on its cluster network (F17)"))
+    else:
+        add(_ok("interface", f"{', '.join(holders)} holds {address}", needed))
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 3, 6]`` -> ``0-3, 6``."""
+    out, run = [], []
+    for i in sorted(indices):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def _gpu_state(host: str, gpu: dict[str, Any], wanted: dict[str, dict[str, Any]], add) -> None:
+    """F28: every GPU's ``nvidia-smi --query-gpu`` state field against the accepted values."""
+    if gpu.get("state_error"):
+        add(_fail(host, "gpu_state", f"nvidia-smi failed: {gpu['state_error']}", ", ".join(sorted(wanted)),
+                  "cannot read the GPU state"))
+        return
+    states = gpu.get("state") or {}
+    for field, spec in sorted(wanted.items()):
+        check = f"gpu_state {field}"
+        found: dict[str, list[int]] = {}
+        for index, values in states.items():
+            found.setdefault(str(values.get(field, "unread")), []).append(int(index))
+        bad = {v: ids for v, ids in found.items() if v not in spec["accepted"]}
+        if not states:
+            add(_fail(host, check, "no GPU state read", spec["needed"], f"cannot read {spec['label']}"))
+        elif bad:
+            shown = "; ".join(f"{v} on GPU{'s' if len(ids) > 1 else ''} {_ranges(ids)}" for v, ids in sorted(bad.items()))
+            add(_fail(host, check, shown, f"{spec['needed']} on every GPU",
+                      f"{spec['label']} ({field}) is {shown}; set {spec['needed']}: {spec['how']} (F28)"))
+        else:
+            add(_ok(check, sorted(found), spec["accepted"]))
+
+
+#: at most this many paths are named, one failure each; the rest are counted
+WRITABLE_SHOWN = 10
+
+
+def _writable(host: str, facts: dict[str, Any], want: dict[str, Any], add) -> None:
+    """F11: each path the service user must write, as that user found it."""
+    user = want.get("user", "?")
+    needed = f"writable by {user}"
+    if facts.get("error"):
+        add(_fail(host, "writable", f"unreadable ({facts['error']})", needed,
+                  f"cannot check the paths {user} must write"))
+        return
+    if not facts:
+        add(_fail(host, "writable", "not read", needed, f"cannot check the paths {user} must write"))
+        return
+    if not facts.get("exists", True):
+        add(_ok("writable", f"user {user} does not exist yet (the deploy creates it): not checked", needed))
+        return
+    denied = facts.get("denied") or []
+    for d in denied[:WRITABLE_SHOWN]:
+        what = {"dir": "cannot create or remove entries in", "file": "cannot write",
+                "create": f"cannot create {d.get('for')} under"}.get(d.get("kind"), "cannot write")
+        add(_fail(host, "writable", f"{d['path']} owned by {d.get('owner', '?')}:{d.get('group', '?')} "
+                                    f"mode {d.get('mode', '?')}", needed,
+                  f"the service user {user} {what} {d['path']} (owner {d.get('owner', '?')}:{d.get('group', '?')}, "
+                  f"mode {d.get('mode', '?')}; checked as {user}; prechecks_fix_writable: true makes {user} its "
+                  "owner, directories setgid group-writable) (F11)"))
+    if len(denied) > WRITABLE_SHOWN:
+        add(_fail(host, "writable", f"{len(denied) - WRITABLE_SHOWN} more paths", needed,
+                  f"the service user {user} cannot write {len(denied) - WRITABLE_SHOWN} more paths under "
+                  f"{', '.join(want.get('paths') or [])} (F11)"))
+    if not denied:
+        add(_ok("writable", f"{facts.get('checked', 0)} paths checked as {user}"
+                            + (" (walk cut short)" if facts.get("truncated") else ""), needed))
+
+
+def _host_memory(host: str, facts: dict[str, Any], want: dict[str, Any], add) -> None:
+    """RAM (MemTotal) against what the Plan keeps in host memory on this host."""
+    need = int(want["bytes"])
+    shown = f"{need / 2**30:.1f} GiB ({'; '.join(want.get('parts') or [])})"
+    total = facts.get("total_bytes")
+    if total is None:
+        add(_fail(host, "host_memory", f"unreadable ({facts.get('error', '?')})", shown,
+                  "cannot read the host's memory"))
+    elif int(total) >= need:
+        add(_ok("host_memory", f"{int(total) / 2**30:.1f} GiB", f"{need / 2**30:.1f} GiB"))
+    else:
+        add(_fail(host, "host_memory", f"{int(total) / 2**30:.1f} GiB RAM", shown,
+                  "too little RAM for what the Plan keeps in host memory (HiCache, CPU offload, shared memory)"))
 
 
 def report(host: str, results: list[dict[str, Any]]) -> dict[str, Any]:

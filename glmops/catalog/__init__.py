@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent
-FILES = ("models", "hardware", "engines", "recipes", "monitoring")
+FILES = ("models", "hardware", "engines", "recipes", "monitoring", "prechecks")
 
 
 class CatalogKeyError(LookupError):
@@ -50,6 +50,8 @@ class Catalog:
         self.engines: dict[str, dict] = data["engines"]["engines"]
         self.layouts: list[dict] = data["recipes"].get("layouts") or []
         self.recipes: list[dict] = data["recipes"].get("engine_recipes") or []
+        #: host state the prechecks require (``prechecks.yaml``: gpu_state, host_memory, writable)
+        self.prechecks: dict[str, Any] = data.get("prechecks") or {}
 
     def model(self, name: str) -> dict:
         """Model entry for ``name`` (e.g. ``glm-5.3-flash``). Raises CatalogKeyError."""

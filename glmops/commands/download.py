@@ -40,12 +40,14 @@ def _human(n: float) -> str:
 
 class ProgressPrinter:
     """Turns the role's progress polls (``runner_retry`` events of the progress task) into one
-    line per host every few seconds: bytes done / total, percent, rate."""
+    line per host every few seconds: bytes done / total, percent, rate; and, at once, a line
+    naming each file the download's watchdog found stalled (F31)."""
 
     def __init__(self, console: Console, every_s: float = 5.0):
         self.console, self.every = console, every_s
         self.last: dict[str, float] = {}
         self.seen: dict[str, dict[str, Any]] = {}
+        self.stalls: dict[str, int] = {}
 
     def __call__(self, event: dict) -> None:
         data = event.get("event_data") or {}
@@ -56,6 +58,14 @@ class ProgressPrinter:
         if "bytes_total" not in res:
             return
         self.seen[host] = res
+        stalls = res.get("stalls") or []
+        for n, stall in enumerate(stalls[self.stalls.get(host, 0):], start=self.stalls.get(host, 0)):
+            from glmops.checkpoint import stall_text
+
+            self.console.print(f"{runner.stamp()}   {host:<16} stalled: "
+                               f"{stall_text(stall, bool(res.get('plain_http')) and n + 1 == len(stalls))}",
+                               highlight=False, markup=False)
+        self.stalls[host] = len(stalls)
         now = time.monotonic()
         if event["event"] == "runner_retry" and now - self.last.get(host, 0) < self.every:
             return

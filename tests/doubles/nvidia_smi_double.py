@@ -33,7 +33,11 @@ Unknown keys are an error (exit 255, naming the key)::
         {"index": 0, "name": "NVIDIA B200", "memory_total_mib": 183359,
          "memory_used_mib": 0, "uuid": "GPU-...", "pci_bus_id": "00000000:18:00.0",
          "serial": "...", "vbios_version": "...", "compute_cap": "10.0",
-         "power_limit_w": 1000, "fabric": {...optional per-GPU override...}}
+         "power_limit_w": 1000, "fabric": {...optional per-GPU override...},
+         "persistence_mode": "Enabled",   # Enabled | Disabled (default Enabled)
+         "mig_mode": "Disabled",          # Enabled | Disabled | [N/A] (current; default Disabled)
+         "mig_mode_pending": "Disabled",  # the same values (default: the current mode)
+         "compute_mode": "Default"}       # Default | Exclusive_Process | Prohibited
       ]
     }
 
@@ -42,7 +46,12 @@ Unknown keys are an error (exit 255, naming the key)::
 Implemented nvidia-smi forms
 ----------------------------
 * ``nvidia-smi`` (summary table), ``nvidia-smi -L`` / ``--list-gpus``
-* ``--query-gpu=F1,F2,... --format=csv[,noheader][,nounits]`` (fields in :data:`QUERY_FIELDS`)
+* ``--query-gpu=F1,F2,... --format=csv[,noheader][,nounits]`` (fields in :data:`QUERY_FIELDS`,
+  named as ``nvidia-smi --help-query-gpu`` names them; any other name is rejected with the real
+  tool's ``Field "x" is not a valid field to query.``, exit 2). The GPU state fields
+  ``persistence_mode``, ``mig.mode.current``, ``mig.mode.pending`` and ``compute_mode`` print the
+  per-GPU config values with nvidia-smi's spelling (``Enabled``/``Disabled``, ``[N/A]`` where a
+  GPU has no MIG, ``Default``/``Exclusive_Process``/``Prohibited``; nvidia-smi(1)).
 * ``-q`` / ``--query`` (optionally ``-d``/``--display=FABRIC,MEMORY``)
 * ``-i N`` / ``--id=N`` (index, UUID or PCI bus id; comma list) with the query forms
 * ``--version``, ``-h``/``--help``
@@ -101,7 +110,13 @@ _CUDA_FOR_BRANCH = {"570": "12.8", "575": "12.9", "580": "13.0", "590": "13.1", 
 TOP_KEYS = {"profile", "driver_version", "cuda_version", "nvswitch", "fabric", "display_fabric",
             "gpus"}
 GPU_KEYS = {"index", "name", "memory_total_mib", "memory_used_mib", "uuid", "pci_bus_id",
-            "serial", "vbios_version", "compute_cap", "power_limit_w", "fabric"}
+            "serial", "vbios_version", "compute_cap", "power_limit_w", "fabric",
+            "persistence_mode", "mig_mode", "mig_mode_pending", "compute_mode"}
+#: per-GPU state keys -> the values nvidia-smi prints for them (nvidia-smi(1), --help-query-gpu)
+STATE_VALUES = {"persistence_mode": ("Enabled", "Disabled"),
+                "mig_mode": ("Enabled", "Disabled", "[N/A]"),
+                "mig_mode_pending": ("Enabled", "Disabled", "[N/A]"),
+                "compute_mode": ("Default", "Exclusive_Process", "Prohibited")}
 FABRIC_KEYS = {"state", "status", "clique_id", "cluster_uuid"}
 FABRIC_STATES = {"Completed", "In Progress", "Not Started", "Not Supported", "N/A"}
 
@@ -113,6 +128,7 @@ QUERY_FIELDS = {
     "memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "memory.reserved": "MiB",
     "utilization.gpu": "%", "utilization.memory": "%", "temperature.gpu": None,
     "power.draw": "W", "power.limit": "W", "pstate": None, "mig.mode.current": None,
+    "mig.mode.pending": None, "compute_mode": None,
 }
 # Real nvidia-smi options the double deliberately does not implement (fail loudly, exit 2).
 _KNOWN_UNIMPLEMENTED = {
@@ -138,14 +154,16 @@ class DoubleError(Exception):
 def make_config(profile: str, driver: str | None = None, cuda: str | None = None,
                 count: int | None = None, fabric_state: str = "Completed",
                 fabric_status: str | None = None, uuid_seed: str | None = None,
-                display_fabric: bool = True) -> dict:
+                display_fabric: bool = True, mig_mode: str = "Disabled",
+                persistence_mode: str = "Enabled", compute_mode: str = "Default") -> dict:
     """Return a config dict (the JSON format above) for a named profile.
 
     ``profile``: a key of :data:`PROFILES`. ``driver``: driver version string, default the
     profile's; ``cuda`` defaults to the CUDA version of the driver's branch. ``count``:
     GPUs (default the profile's). ``fabric_state``: one of :data:`FABRIC_STATES`;
     ``fabric_status`` defaults to ``Success`` when Completed, else ``N/A``. ``uuid_seed``
-    makes GPU UUIDs reproducible (default random, so each host differs).
+    makes GPU UUIDs reproducible (default random, so each host differs). ``mig_mode``,
+    ``persistence_mode``, ``compute_mode``: every GPU's state (:data:`STATE_VALUES`).
     Raises ValueError naming the bad value and what is accepted.
     """
     problems = []
@@ -154,6 +172,10 @@ def make_config(profile: str, driver: str | None = None, cuda: str | None = None
     if fabric_state not in FABRIC_STATES:
         problems.append(f"fabric_state {fabric_state!r} unknown; accepted: "
                         f"{', '.join(sorted(FABRIC_STATES))}")
+    for key, value in (("mig_mode", mig_mode), ("persistence_mode", persistence_mode),
+                       ("compute_mode", compute_mode)):
+        if value not in STATE_VALUES[key]:
+            problems.append(f"{key} {value!r} unknown; accepted: {', '.join(STATE_VALUES[key])}")
     if count is not None and not (isinstance(count, int) and 0 < count <= 16):
         problems.append(f"count {count!r} must be an int in 1..16")
     if problems:
@@ -178,7 +200,8 @@ def make_config(profile: str, driver: str | None = None, cuda: str | None = None
             "memory_used_mib": 0, "uuid": f"GPU-{gid}", "pci_bus_id": f"00000000:{bus}:00.0",
             "serial": str(1650000000000 + int(gid.hex[:8], 16) % 1000000000),
             "vbios_version": "97.00.00.00.01", "compute_cap": p["compute_cap"],
-            "power_limit_w": p["power_limit_w"],
+            "power_limit_w": p["power_limit_w"], "persistence_mode": persistence_mode,
+            "mig_mode": mig_mode, "mig_mode_pending": mig_mode, "compute_mode": compute_mode,
         })
     cluster = str(_uuid.uuid5(_uuid.NAMESPACE_OID, f"{seed}/cluster"))
     return {
@@ -234,6 +257,9 @@ def validate_config(cfg: object, source: str = "<config>") -> list[str]:
         if "memory_total_mib" in g and not isinstance(g["memory_total_mib"], int):
             problems.append(f"gpus[{n}].memory_total_mib must be an int (MiB), got "
                             f"{g['memory_total_mib']!r}")
+        for k, accepted in STATE_VALUES.items():
+            if k in g and g[k] not in accepted:
+                problems.append(f"gpus[{n}].{k} {g[k]!r} not one of {list(accepted)}")
         if isinstance(g.get("fabric"), dict):
             fabrics.append((f"gpus[{n}].fabric", g["fabric"]))
     for where, f in fabrics:
@@ -270,6 +296,10 @@ def load_config(path: str | None = None) -> dict:
         g.setdefault("vbios_version", "N/A")
         g.setdefault("compute_cap", "N/A")
         g.setdefault("power_limit_w", 700)
+        g.setdefault("persistence_mode", "Enabled")
+        g.setdefault("mig_mode", "Disabled")
+        g.setdefault("mig_mode_pending", g["mig_mode"])
+        g.setdefault("compute_mode", "Default")
     return cfg
 
 
@@ -294,8 +324,9 @@ def _field_value(cfg: dict, gpu: dict, field: str, units: bool) -> str:
         "gpu_name": gpu["name"], "uuid": gpu["uuid"], "gpu_uuid": gpu["uuid"],
         "serial": gpu["serial"], "pci.bus_id": gpu["pci_bus_id"], "gpu_bus_id": gpu["pci_bus_id"],
         "driver_version": cfg["driver_version"], "vbios_version": gpu["vbios_version"],
-        "compute_cap": gpu["compute_cap"], "persistence_mode": "Enabled",
-        "temperature.gpu": "31", "pstate": "P0", "mig.mode.current": "Disabled",
+        "compute_cap": gpu["compute_cap"], "persistence_mode": gpu["persistence_mode"],
+        "temperature.gpu": "31", "pstate": "P0", "mig.mode.current": gpu["mig_mode"],
+        "mig.mode.pending": gpu["mig_mode_pending"], "compute_mode": gpu["compute_mode"],
     }
     if field in plain:
         return plain[field]
@@ -355,7 +386,9 @@ def query_text(cfg: dict, gpus: list[dict], displays: list[str]) -> str:
         out.append(f"GPU {g['pci_bus_id']}\n")
         if not displays:
             out += [kv(4, "Product Name", g["name"]), kv(4, "Product Brand", "NVIDIA"),
-                    kv(4, "Persistence Mode", "Enabled"), kv(4, "Serial Number", g["serial"]),
+                    kv(4, "Persistence Mode", g["persistence_mode"]),
+                    "    MIG Mode\n", kv(8, "Current", g["mig_mode"]), kv(8, "Pending", g["mig_mode_pending"]),
+                    kv(4, "Serial Number", g["serial"]),
                     kv(4, "GPU UUID", g["uuid"]), kv(4, "Minor Number", g["index"]),
                     kv(4, "VBIOS Version", g["vbios_version"]),
                     "    PCI\n", kv(8, "Bus Id", g["pci_bus_id"])]
@@ -390,7 +423,8 @@ def summary_table(cfg: dict) -> str:
            "======================|\n"]
     for g in cfg["gpus"]:
         mem = f"{g['memory_used_mib']}MiB / {g['memory_total_mib']}MiB"
-        out.append(f"| {g['index']:>3}  {g['name'][:20]:<20}           On  |   "
+        pm = "On " if g.get("persistence_mode", "Enabled") == "Enabled" else "Off"
+        out.append(f"| {g['index']:>3}  {g['name'][:20]:<20}           {pm} |   "
                    f"{g['pci_bus_id']} Off |                    0 |\n")
         out.append(f"| N/A   31C    P0            140W / {g['power_limit_w']:>4}W | "
                    f"{mem:>22} |      0%      Default |\n")
@@ -513,12 +547,16 @@ def _admin(argv: list[str]) -> int:
     p.add_argument("--uuid-seed", help="make GPU UUIDs reproducible")
     p.add_argument("--no-display-fabric", action="store_true",
                    help="reject `-q -d FABRIC` like some 580 drivers")
+    p.add_argument("--mig-mode", default="Disabled", choices=STATE_VALUES["mig_mode"])
+    p.add_argument("--persistence-mode", default="Enabled", choices=STATE_VALUES["persistence_mode"])
+    p.add_argument("--compute-mode", default="Default", choices=STATE_VALUES["compute_mode"])
     p.add_argument("path")
     ns = p.parse_args(argv)
     try:
         write_profile(ns.path, ns.write_profile, driver=ns.driver, cuda=ns.cuda, count=ns.count,
                       fabric_state=ns.fabric_state, fabric_status=ns.fabric_status,
-                      uuid_seed=ns.uuid_seed, display_fabric=not ns.no_display_fabric)
+                      uuid_seed=ns.uuid_seed, display_fabric=not ns.no_display_fabric,
+                      mig_mode=ns.mig_mode, persistence_mode=ns.persistence_mode, compute_mode=ns.compute_mode)
     except ValueError as exc:
         p.error(str(exc))
     return 0

@@ -146,3 +146,48 @@ def test_python_api_profiles():
     assert cfg["gpus"][0]["uuid"] != nsd.make_config("b200-sim", uuid_seed="b")["gpus"][0]["uuid"]
     with pytest.raises(ValueError, match="profile 'a100' unknown; accepted: b200-sim"):
         nsd.make_config("a100")
+
+
+# ------------------------------------------------------------------ GPU state (F28)
+STATE_QUERY = ["--query-gpu=index,mig.mode.current,mig.mode.pending,persistence_mode,compute_mode",
+               "--format=csv,noheader"]
+
+
+def test_gpu_state_fields_default_to_a_host_ready_to_serve(smi):
+    """nvidia-smi(1) --help-query-gpu names: mig.mode.current / mig.mode.pending (Enabled | Disabled),
+    persistence_mode (Enabled | Disabled), compute_mode (Default | Exclusive_Process | Prohibited)."""
+    r = smi(STATE_QUERY)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{i}, Disabled, Disabled, Enabled, Default" for i in range(8)]
+
+
+def test_mig_on_and_persistence_off_as_configured(smi):
+    """Field case F28's state: MIG mode Enabled on all eight GPUs."""
+    r = smi(STATE_QUERY, extra=["--mig-mode", "Enabled", "--persistence-mode", "Disabled"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{i}, Enabled, Enabled, Disabled, Default" for i in range(8)]
+    q = smi(["-q"], profile=None)
+    assert "    Persistence Mode                    : Disabled" in q.stdout
+    assert "    MIG Mode\n        Current                         : Enabled\n" in q.stdout
+    table = smi([], profile=None)
+    assert "|   0  NVIDIA B200                    Off |" in table.stdout
+
+
+def test_per_gpu_state_in_a_hand_written_config(smi):
+    cfg = {"driver_version": "580.95.05", "cuda_version": "13.0",
+           "gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771, "mig_mode": "Enabled",
+                     "mig_mode_pending": "Disabled", "compute_mode": "Exclusive_Process"},
+                    {"name": "NVIDIA H200", "memory_total_mib": 143771}]}
+    r = smi(STATE_QUERY, config=cfg)
+    assert r.stdout.splitlines() == ["0, Enabled, Disabled, Enabled, Exclusive_Process",
+                                     "1, Disabled, Disabled, Enabled, Default"]
+    cfg["gpus"][1]["persistence_mode"] = "On"  # the table's spelling, not the query's
+    bad = smi(STATE_QUERY, config=cfg)
+    assert bad.returncode == 255 and "gpus[1].persistence_mode 'On' not one of ['Enabled', 'Disabled']" in bad.stderr
+
+
+@pytest.mark.parametrize("field", ["mig_mode", "mig.mode", "persistence.mode", "persistence-mode", "mig.mode.Current"])
+def test_gpu_state_names_the_real_tool_rejects_are_rejected(smi, field):
+    """Only --help-query-gpu's own names; the real tool answers any other with this line, exit 2."""
+    r = smi([f"--query-gpu=index,{field}", "--format=csv"])
+    assert r.returncode == 2 and f'Field "{field}" is not a valid field to query.' in r.stderr

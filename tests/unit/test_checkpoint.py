@@ -384,3 +384,107 @@ def test_check_inputs_lists_every_problem():
     assert len(problems) == 3
     assert ck.check_inputs("org/name", None, "/models/x") == []
     assert ck.check_inputs("org/name", "v1.0", "/m", offline=False) == []
+
+
+# ---------------------------------------------------------------------------------- F31 watchdog
+def _stall_repo(h):
+    """config.json, a small shard and big.safetensors: one client write piece (huggingface-hub
+    2.4.0 ``DOWNLOAD_CHUNK_SIZE``, 10 MiB) + 6 MiB, so a stall after piece + 2 MiB leaves exactly
+    one piece on disk that then does not move."""
+    from huggingface_hub import constants as hf_constants
+
+    piece = hf_constants.DOWNLOAD_CHUNK_SIZE
+    files = {"config.json": b"{}", "a.safetensors": os.urandom(2 * MiB),
+             "big.safetensors": os.urandom(piece + 6 * MiB)}
+    h.add_files(REPO, files, commit=COMMIT)
+    return files, piece, piece + 2 * MiB
+
+
+def test_a_stalled_file_is_named_fetched_again_and_the_download_recovers(tmp_path, monkeypatch):
+    """F31 ("one file's bytes stop moving ... the download names the stalled file, retries it"):
+    the hub double holds big.safetensors once after piece + 2 MiB on an open connection; the
+    client has no read timeout that ends it (HF_HUB_DOWNLOAD_TIMEOUT 3600: a hung transfer it does
+    not notice), so only the watchdog does: after 2 s without bytes it names the file, kills that
+    transfer alone and fetches the file again, which completes and verifies."""
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "3600")
+    progress = tmp_path / "progress.json"
+    with HubDouble() as h:
+        files, piece, held = _stall_repo(h)
+        h.set_faults([{"kind": "stall", "after_bytes": held, "path": "big.safetensors"}])
+        t0 = time.monotonic()
+        res = ck.download(REPO, COMMIT, str(tmp_path / "m"), endpoint=h.url, margin_bytes=0,
+                          progress_file=str(progress), stall_timeout_s=2)
+        assert time.monotonic() - t0 < 120
+        assert res["verified"] and tree(tmp_path / "m") == files
+        [stall] = res["stalls"]
+        assert stall["path"] == "big.safetensors" and stall["attempt"] == 1 and stall["transfer"] == "default"
+        assert piece <= stall["bytes"] <= held and stall["seconds"] >= 2
+        assert not res["plain_http"]  # one stall: below the fallback (default 2)
+        # the held transfer (logged when the double ends it) and the one that completed
+        assert h.stats()["stalled"] == [{"path": "big.safetensors", "bytes": held}]
+        assert [g["status"] for g in resolve_gets(h) if g["path"].endswith("/big.safetensors")] == [200]
+        data = json.loads(progress.read_text())
+        assert data["state"] == "done" and data["stalls"] == res["stalls"]
+        assert data["stalled"].startswith("big.safetensors stalled at ")
+
+
+def test_repeated_stalls_fall_back_to_plain_http_then_fail_naming_the_file(tmp_path, monkeypatch):
+    """F31 ("falls back to plain HTTP after repeated stalls; it never polls for days"): a file
+    that always stalls is fetched again; from the second stall on every transfer has hf_xet off
+    (huggingface-hub 2.4.0: HF_HUB_DISABLE_XET), and its third stall fails the download with
+    code STALL naming it and every stall; the other files are complete."""
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "3600")
+    with HubDouble() as h:
+        files, _piece, held = _stall_repo(h)
+        h.set_faults([{"kind": "stall", "after_bytes": held, "path": "big.safetensors", "times": -1}])
+        local = tmp_path / "m"
+        with pytest.raises(ck.CheckpointError) as err:
+            ck.download(REPO, COMMIT, str(local), endpoint=h.url, margin_bytes=0, stall_timeout_s=2,
+                        stall_fallback_after=2, stall_max=3)
+        e = err.value
+        assert e.code == "STALL" and e.files == ["big.safetensors"]
+        assert "big.safetensors stalled 3 times" in e.message and "plain HTTP" in e.message
+        assert [(s["attempt"], s["transfer"]) for s in e.details["stalls"]] == \
+            [(1, "default"), (2, "default"), (3, "http")]
+        assert (local / "a.safetensors").read_bytes() == files["a.safetensors"]
+        assert not (local / "big.safetensors").exists() and not _partials(local)
+
+
+def test_plain_http_env_turns_the_fast_transfers_off():
+    """huggingface-hub 2.4.0 constants.py: HF_HUB_DISABLE_XET=1 disables hf_xet
+    (utils/_runtime.is_xet_available), HF_XET_HIGH_PERFORMANCE only tunes it, hf_transfer is
+    no longer used (HF_HUB_ENABLE_HF_TRANSFER only warns)."""
+    env = ck.plain_http_env({"HF_XET_HIGH_PERFORMANCE": "1", "HF_HUB_ENABLE_HF_TRANSFER": "1", "PATH": "/bin"})
+    assert env == {"HF_HUB_DISABLE_XET": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0", "PATH": "/bin"}
+
+
+def _transfers() -> list[int]:
+    """Pids of running per-file transfers (their argv carries the child code)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                if b"hf_hub_download(repo_id" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    out.append(int(pid))
+    return out
+
+
+def test_a_killed_download_leaves_no_transfer_behind(tmp_path):
+    """Each file's transfer dies with the download that started it (PR_SET_PDEATHSIG): a node's
+    killed run leaves no writer that could finish a file behind the next run's back."""
+    with HubDouble() as h:
+        _files, _piece, held = _stall_repo(h)
+        h.set_faults([{"kind": "stall", "after_bytes": held, "path": "big.safetensors"}])
+        code = ("from glmops import checkpoint as ck; "
+                f"ck.download({REPO!r}, {COMMIT!r}, {str(tmp_path / 'm')!r}, endpoint={h.url!r}, margin_bytes=0)")
+        env = dict(os.environ, HF_HUB_DOWNLOAD_TIMEOUT="3600")
+        before = set(_transfers())
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for("held transfer of big.safetensors", lambda: h.stats()["stalled"], proc)
+            assert set(_transfers()) - before
+        finally:
+            proc.kill()
+            proc.communicate()
+        _wait_for("the transfers to end with their download", lambda: not set(_transfers()) - before, timeout_s=30)

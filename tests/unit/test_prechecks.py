@@ -12,13 +12,17 @@ from glmops.plan import build
 from inventory_factory import vllm_b200_disagg, write_inventory
 
 HOST = "gpu-a"
+#: what nvidia-smi --query-gpu prints for a GPU ready to serve (catalog prechecks.yaml gpu_state, F28)
+HEALTHY_GPU_STATE = {"mig.mode.current": "Disabled", "mig.mode.pending": "Disabled",
+                     "persistence_mode": "Enabled", "compute_mode": "Default"}
 
 
 def good_facts(**over) -> dict:
     """Facts of a healthy 8x B200 host on driver 575.57.08 (what glmops_precheck_facts returns)."""
     facts = {
         "os": {"id": "ubuntu", "version_id": "24.04", "pretty_name": "Ubuntu 24.04.3 LTS"},
-        "gpu": {"gpus": [{"index": i, "name": "NVIDIA B200"} for i in range(8)], "driver_version": "575.57.08"},
+        "gpu": {"gpus": [{"index": i, "name": "NVIDIA B200"} for i in range(8)], "driver_version": "575.57.08",
+                "state": {str(i): dict(HEALTHY_GPU_STATE) for i in range(8)}},
         "fabric": {"states": ["Completed"] * 8},
         "packages": {"nvidia-driver-575": "575.57.08-1", "nvidia-fabricmanager-575": "575.57.08-1",
                      "nvlsm": "575.57.08-1", "nvidia-persistenced": "575.57.08-1"},

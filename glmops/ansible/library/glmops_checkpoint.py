@@ -104,6 +104,20 @@ options:
     description: For C(action=verify), where the copy came from (recorded in the marker).
     type: str
     default: peer
+  stall_timeout_s:
+    description: >-
+      F31 watchdog: a file whose bytes on disk do not move for this many seconds is stalled; its transfer is
+      ended, the file named (progress file, result) and fetched again. 0 turns the watchdog off.
+    type: float
+    default: 600
+  stall_fallback_after:
+    description: After this many stalls in a run, every later transfer goes over plain HTTP (hf_xet off).
+    type: int
+    default: 2
+  stall_max:
+    description: A file that stalls this many times fails the download (code STALL), named.
+    type: int
+    default: 4
 """
 
 EXAMPLES = r"""
@@ -125,7 +139,8 @@ manifest: {description: repo, commit, files (path, size, blob_id, sha256), total
 fetched: {description: files requested from the hub in this run, type: list, returned: download}
 complete_before: {description: files already complete (not requested again), type: list, returned: download}
 verified: {description: the local copy matches the manifest, type: bool, returned: always}
-code: {description: error code on failure (F10_DISK, VERIFY, HUB, REVISION, LOCK, INPUT), type: str, returned: failure}
+stalls: {description: "files that stalled and were fetched again (path, bytes, percent, seconds, attempt, transfer)", type: list, returned: download}
+code: {description: error code on failure (F10_DISK, VERIFY, HUB, REVISION, LOCK, INPUT, STALL), type: str, returned: failure}
 files: {description: files a failure concerns, type: list, returned: failure}
 needed: {description: bytes needed (F10), type: int, returned: F10 failure}
 available: {description: bytes available (F10), type: int, returned: F10 failure}
@@ -163,6 +178,9 @@ def main():
             manifest=dict(type="dict"),
             hashes=dict(type="bool", default=True),
             source=dict(type="str", default="peer"),
+            stall_timeout_s=dict(type="float", default=ck.DEFAULT_STALL_TIMEOUT_S),
+            stall_fallback_after=dict(type="int", default=ck.DEFAULT_STALL_FALLBACK_AFTER),
+            stall_max=dict(type="int", default=ck.DEFAULT_STALL_MAX),
         ),
         supports_check_mode=True,
         required_if=[
@@ -176,6 +194,12 @@ def main():
     )
     p = module.params
     action = p["action"]
+    bad = [f"{k}={p[k]!r} (accepted: {what})" for k, ok, what in (
+        ("stall_timeout_s", p["stall_timeout_s"] >= 0, "0 (off) or more seconds"),
+        ("stall_fallback_after", p["stall_fallback_after"] >= 1, "1 or more"),
+        ("stall_max", p["stall_max"] >= 1, "1 or more")) if not ok]
+    if bad:
+        module.fail_json(msg="glmops_checkpoint: " + "; ".join(bad), code="INPUT")
     revision = p["revision"] or None
     try:
         token = None
@@ -223,7 +247,9 @@ def main():
             token=token, allow_patterns=p["allow_patterns"] or None,
             state_dir=p["state_dir"], progress_file=p["progress_file"], margin_ratio=p["margin_ratio"],
             margin_bytes=p["margin_bytes"], lock_timeout_s=p["lock_timeout_s"], max_workers=p["max_workers"],
-            owner=p["owner"], group=p["group"], offline=p["offline"], dry_run=module.check_mode)
+            owner=p["owner"], group=p["group"], offline=p["offline"], dry_run=module.check_mode,
+            stall_timeout_s=p["stall_timeout_s"], stall_fallback_after=p["stall_fallback_after"],
+            stall_max=p["stall_max"])
         module.exit_json(**out)
     except ck.CheckpointError as exc:
         module.fail_json(msg=f"[{exc.code}] {exc.message}", **exc.to_dict())

@@ -18,6 +18,12 @@ Options (one JSON object; every key optional):
   memlock_properties: unit properties of the memlock probe, a transient unit started with
       systemd-run (default ["LimitMEMLOCK=infinity"]; [] skips the probe)
   listening: bool (true): list TCP listeners with their owning unit
+  gpu_state_fields: [nvidia-smi --query-gpu field]: read per GPU (F28), e.g. mig.mode.current
+  writable: {user, home, paths}: which of the paths (their trees, or where a missing one would be
+      created) the user cannot write, checked as that user in a child (F11)
+  memory: bool (false): MemTotal / MemAvailable from /proc/meminfo
+  address: str: the interfaces (``ip -j addr``) and which of them hold this address (a name is
+      resolved on the host first) (F17)
 Also: OS release, /dev/shm size, clock synchronisation (adjtimex), RDMA devices.
 The comparison against what the deployment needs runs on the controller
 (glmops.prechecks.evaluate). Exit 2 with {"failed": true, "msg"} on bad options.
@@ -68,6 +74,200 @@ def nvidia_gpus():
             gpus.append({"index": int(parts[0]), "name": parts[1]})
             driver = parts[2]
     return {"gpus": gpus, "driver_version": driver}
+
+
+def nvidia_gpu_state(fields):
+    """``{index: {field: value}}`` of ``nvidia-smi --query-gpu=index,<fields> --format=csv,noheader``
+    (F28: mig.mode.current, persistence_mode, ... as the catalog lists them)."""
+    rc, out, err = _run(["nvidia-smi", "--query-gpu=" + ",".join(["index"] + list(fields)), "--format=csv,noheader"])
+    if rc != 0:
+        return {"state_error": f"rc {rc}: {(err or out).strip()[:300]}"}
+    state = {}
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == len(fields) + 1 and parts[0].isdigit():
+            state[parts[0]] = dict(zip(fields, parts[1:]))
+    return {"state": state}
+
+
+#: the most entries the writable walk looks at (a huge cache is cut short, said so)
+WALK_MAX = 50000
+
+
+def _entry(path, kind, target=None):
+    import grp
+    import pwd
+    import stat as st_
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return {"path": path, "kind": kind, "owner": owner, "group": group,
+            "mode": f"{st_.S_IMODE(st.st_mode):04o}", "for": target or path}
+
+
+def _candidates(paths, home, uid=None):
+    """What the user must be able to write, found as root: every directory in the paths' trees
+    (to create entries), every lock file (opened for writing) and, for a path that does not
+    exist, its nearest existing parent (to create it).
+
+    Nothing below HOME when HOME is missing or owned by another uid: it is the units'
+    ``StateDirectory=``, which systemd creates for the user, or chowns with its whole tree when
+    the top is not the user's (systemd src/shared/chown-recursive.c; it does not descend when
+    the top already is: the state F11 describes)."""
+    out, seen, truncated = [], set(), False
+    try:
+        home_uid = os.lstat(home).st_uid if home else None
+    except OSError:
+        home_uid = -1  # missing
+    for top in paths:
+        under_home = bool(home) and (top == home or top.startswith(home.rstrip("/") + "/"))
+        if under_home and home_uid is not None and home_uid != uid:
+            continue
+        if not os.path.lexists(top):
+            parent = os.path.dirname(top.rstrip("/")) or "/"
+            while not os.path.lexists(parent) and parent != "/":
+                parent = os.path.dirname(parent) or "/"
+            e = _entry(parent, "create", top)
+            if e and (parent, "create") not in seen:
+                seen.add((parent, "create"))
+                out.append(e)
+            continue
+        for root, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+            if root not in seen:
+                seen.add(root)
+                e = _entry(root, "dir")
+                if e:
+                    out.append(e)
+            in_locks = "/.locks" in root or root.endswith(".locks")
+            for name in files:
+                full = os.path.join(root, name)
+                if (in_locks or name.endswith(".lock")) and full not in seen and not os.path.islink(full):
+                    seen.add(full)
+                    e = _entry(full, "file")
+                    if e:
+                        out.append(e)
+            if len(out) >= WALK_MAX:
+                truncated = True
+                break
+        if truncated:
+            break
+    return out, truncated
+
+
+def writable(opts):
+    """F11: the entries of :func:`_candidates` the user cannot write, checked with access(2) in a
+    child that has become the user (its groups, gid, uid): what the user's processes get,
+    ACLs and read-only mounts included."""
+    import pwd
+
+    user = opts.get("user") or ""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return {"user": user, "exists": False}
+    entries, truncated = _candidates(list(opts.get("paths") or []), opts.get("home") or "", pw.pw_uid)
+    if os.geteuid() != 0 and os.geteuid() != pw.pw_uid:
+        return {"user": user, "error": f"cannot check as {user}: not root"}
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become the user, then ask the kernel
+        code = 0
+        try:
+            os.close(rfd)
+            if os.geteuid() == 0:
+                os.setgroups(os.getgrouplist(user, pw.pw_gid))
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
+            bad = []
+            for n, e in enumerate(entries):
+                mode = os.W_OK | os.X_OK if e["kind"] in ("dir", "create") else os.W_OK
+                if not os.access(e["path"], mode):
+                    bad.append(n)
+            data = json.dumps({"denied": bad}).encode()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            data = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
+            code = 1
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(wfd, view):]
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    chunks = []
+    while True:
+        chunk = os.read(rfd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(rfd)
+    os.waitpid(pid, 0)
+    try:
+        got = json.loads(b"".join(chunks) or b"{}")
+    except ValueError as exc:
+        return {"user": user, "error": f"child answer: {exc}"}
+    if "error" in got:
+        return {"user": user, "error": got["error"]}
+    return {"user": user, "exists": True, "checked": len(entries), "truncated": truncated,
+            "denied": [entries[n] for n in got.get("denied", [])]}
+
+
+def interfaces(address):
+    """``{address, resolved, interfaces: [{name, addresses}], holders: [name]}`` (F17)."""
+    import ipaddress
+    import socket
+
+    rc, out, err = _run(["ip", "-j", "addr", "show"])
+    if rc != 0:
+        return {"address": address, "error": f"ip -j addr: rc {rc}: {(err or out).strip()[:300]}"}
+    try:
+        links = json.loads(out or "[]")
+    except ValueError as exc:
+        return {"address": address, "error": f"ip -j addr: {exc}"}
+    try:
+        wanted = {ipaddress.ip_address(address)}
+    except ValueError:
+        try:
+            wanted = {ipaddress.ip_address(ai[4][0].split("%")[0]) for ai in socket.getaddrinfo(address, None)}
+        except (OSError, ValueError) as exc:
+            return {"address": address, "error": f"cannot resolve {address}: {exc}"}
+    found, holders = [], []
+    for link in links:
+        addrs = [a.get("local", "") for a in link.get("addr_info") or [] if a.get("local")]
+        found.append({"name": link.get("ifname", "?"), "addresses": addrs})
+        for a in addrs:
+            try:
+                if ipaddress.ip_address(a.split("%")[0]) in wanted and link.get("ifname") not in holders:
+                    holders.append(link.get("ifname"))
+            except ValueError:
+                pass
+    return {"address": address, "resolved": sorted(str(w) for w in wanted), "interfaces": found, "holders": holders}
+
+
+def memory():
+    out = {}
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    out[key] = int(rest.split()[0]) * 1024  # kB
+    except (OSError, ValueError, IndexError) as exc:
+        return {"error": str(exc)}
+    if "MemTotal" not in out:
+        return {"error": "no MemTotal in /proc/meminfo"}
+    return {"total_bytes": out["MemTotal"], "available_bytes": out.get("MemAvailable")}
 
 
 def amd_gpus():
@@ -239,7 +439,9 @@ def rdma_devices():
 #: option -> (type, default)
 OPTIONS = {"gpu_vendor": (str, "none"), "fabric": (bool, False), "packages": (list, []), "services": (list, []),
            "disk_path": (str, None), "checkpoint_dir": (str, None),
-           "memlock_properties": (list, ["LimitMEMLOCK=infinity"]), "listening": (bool, True)}
+           "memlock_properties": (list, ["LimitMEMLOCK=infinity"]), "listening": (bool, True),
+           "gpu_state_fields": (list, []), "writable": (dict, None), "memory": (bool, False),
+           "address": (str, None)}
 
 
 def options(text: str) -> dict:
@@ -250,6 +452,13 @@ def options(text: str) -> dict:
     unknown = sorted(set(given) - set(OPTIONS))
     bad = [f"{k}: {type(given[k]).__name__} (want {t.__name__})" for k, (t, _) in OPTIONS.items()
            if given.get(k) is not None and not isinstance(given[k], t)]
+    fields = given.get("gpu_state_fields") or []
+    if isinstance(fields, list) and not all(isinstance(f, str) and re.fullmatch(r"[a-z_.]+", f) for f in fields):
+        bad.append(f"gpu_state_fields: {fields!r} (want nvidia-smi field names such as mig.mode.current)")
+    wr = given.get("writable")
+    if isinstance(wr, dict) and not (isinstance(wr.get("user"), str) and isinstance(wr.get("paths"), list)
+                                     and all(isinstance(x, str) and x.startswith("/") for x in wr["paths"])):
+        bad.append("writable: want {user: name, home: /path, paths: [/absolute/path]}")
     if given.get("gpu_vendor", "none") not in ("nvidia", "amd", "none"):
         bad.append(f"gpu_vendor: {given['gpu_vendor']!r} (want nvidia, amd or none)")
     if unknown or bad:
@@ -270,12 +479,20 @@ def main(argv: list[str] | None = None) -> int:
              "rdma_devices": rdma_devices()}
     if p["gpu_vendor"] == "nvidia":
         facts["gpu"] = nvidia_gpus()
+        if p["gpu_state_fields"] and not facts["gpu"].get("error"):
+            facts["gpu"].update(nvidia_gpu_state(p["gpu_state_fields"]))
         if p["fabric"]:
             facts["fabric"] = fabric_states()
     elif p["gpu_vendor"] == "amd":
         facts["gpu"] = amd_gpus()
     if p["listening"]:
         facts["listening"] = listening()
+    if p["writable"]:
+        facts["writable"] = writable(p["writable"])
+    if p["memory"]:
+        facts["memory"] = memory()
+    if p["address"]:
+        facts["interface"] = interfaces(p["address"])
     print(json.dumps({"changed": False, "facts": facts}))
     return 0
 
