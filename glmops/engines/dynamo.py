@@ -382,6 +382,8 @@ def block_size(ctx: Ctx) -> int | None:
         args = base.merge_args(st.recipe.args, dep.engine_args, pool.engine_args)
         if args.get("block-size") is not None:
             sizes.append(int(args["block-size"]))
+    if not sizes and CATALOG.engine(ENGINE).get("router_block_size") != "registered":
+        return 16  # vLLM's CUDA default, for a catalog that says the router cannot learn it
     return sizes[0] if sizes else None
 
 
