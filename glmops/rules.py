@@ -153,6 +153,7 @@ def check(dep: Deployment) -> list[Problem]:
     _check_side_channels(dep, out)
     _check_router_policy(dep, cat, out)
     _check_engine_flags(dep, cat, out)
+    _check_cluster_flags(dep, backend, out)
     _engine_rules(dep, "planes", facts, out)
     return _dedupe(out)
 
@@ -352,6 +353,32 @@ def _check_flag_value(dep: Deployment, data: dict, key: str, value: Any, flags: 
                  f"{what} {shown!r} = {', '.join(map(repr, bad))} in {where} is not accepted by "
                  f"{flags.parser.label}; accepted: {', '.join(accepted)} (glmops/catalog/flags, from {source})",
                  (f"did you mean {close[0]!r}?" if close else "pick one of the accepted values") + note)
+
+
+def _check_cluster_flags(dep: Deployment, backend: dict, out: list[Problem]) -> None:
+    """CLUSTER_LAUNCHER (F18): an engine flag that hands launch to a cluster glmops does not set up
+    (catalog ``engines.<backend>.cluster_flags``: vLLM ``distributed-executor-backend: ray``,
+    SGLang ``use-ray``) is refused, naming the flag; glmops launches every node itself."""
+    table = backend.get("cluster_flags") or {}
+    if not table:
+        return
+    layers = [("glmops_engine_args", "engine_args", dep.engine_args)]
+    layers += [(f"glmops_topologies.{dep.topology}.pools.{p.role}.engine_args", f"pools.{p.role}.engine_args",
+                p.engine_args) for p in dep.pools]
+    for where, key_base, data in layers:
+        for key, value in (data or {}).items():
+            flag = next((f for f in table if _canon(f) == _canon(key)), None)
+            if flag is None:
+                continue
+            entry = table[flag]
+            refused = [str(v).lower() for v in entry.get("refused") or []]
+            if str(value).lower() not in refused:
+                continue
+            _problem(out, "CLUSTER_LAUNCHER", _src(dep, f"{key_base}.{key}", key_base),
+                     f"engine flag {key!r} = {value!r} in {where} needs {entry.get('needs')}, which glmops does not "
+                     f"set up (it launches every node of a multi-node replica itself); accepted: "
+                     f"{', '.join(map(str, entry.get('accepted') or []))} or leave it unset ({entry.get('source')})",
+                     f"remove {key!r}: glmops renders the head address, start rank and --headless itself")
 
 
 def _check_engine_flags(dep: Deployment, cat: Any, out: list[Problem]) -> None:
