@@ -23,7 +23,7 @@ from glmops import catalog as catalog_mod
 from glmops import monitoring
 from glmops import plan as plan_mod
 from glmops.catalog import flags as F
-from glmops.engines import registry
+from glmops.engines import compat, registry
 from glmops.engines.problems import (  # noqa: F401  (the old private names stay importable)
     argv_value as _argv_value, as_int as _as_int, canon as _canon, deep_merge as _deep_merge, dig as _dig,
     few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src)
@@ -154,6 +154,7 @@ def check(dep: Deployment) -> list[Problem]:
     _check_router_policy(dep, cat, out)
     _check_engine_flags(dep, cat, out)
     _check_cluster_flags(dep, backend, out)
+    compat.check(dep, cat, out)
     _engine_rules(dep, "planes", facts, out)
     return _dedupe(out)
 
