@@ -97,3 +97,26 @@ def test_sglang_disaggregated_frontend_decoding_is_refused(tmp_path):
     gv["glmops_topology"] = "agg"
     gv["glmops_topologies"] = {"agg": {"pools": {"agg": {"tp": 4}}}}
     assert combos(gv, tmp_path / "agg") == []        # "Aggregated workers enable --frontend-decoding"
+
+
+def test_trtllm_attention_dp_with_other_max_num_tokens_is_noted_not_refused(tmp_path):
+    # seed 000 enable_attention_dp: "When enabled, use --max_num_tokens 4096 for the configuration above"
+    # (a recommendation: the plan says it, validate passes)
+    import re
+    from pathlib import Path
+
+    from glmops import plan
+    seed = Path("/work/shared/seeds/000_02b3db4c668ba297.txt")
+    text = seed.read_text(encoding="utf-8") if seed.exists() else "When enabled, use --max_num_tokens 4096"
+    want = int(re.search(r"When enabled, use --max_num_tokens (\d+)", text).group(1))
+    gv = {"glmops_model": "glm-5.3-flash", "glmops_engine": "trtllm", "glmops_hardware": "b200",
+          "glmops_topology": "agg", "glmops_runtime": "venv", "glmops_checkpoint": {"revision": REV},
+          "glmops_max_num_tokens": 8192,
+          "glmops_topologies": {"agg": {"pools": {"agg": {"tp": 4, "ep": 4, "attention_dp": True}}}}}
+    dep = load_deployment(write_inventory(tmp_path / "inv", gv))
+    assert not [p for p in rules.check(dep) if p.code == "ENGINE_COMBINATION"]
+    notes = [n for n in plan.build(dep).notes if "attention DP" in n]
+    assert len(notes) == 1 and "max_num_tokens 8192" in notes[0] and f"says {want}" in notes[0]
+    gv["glmops_max_num_tokens"] = want
+    dep = load_deployment(write_inventory(tmp_path / "inv2", gv))
+    assert not [n for n in plan.build(dep).notes if "attention DP" in n]
