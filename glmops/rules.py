@@ -23,7 +23,7 @@ from glmops import catalog as catalog_mod
 from glmops import monitoring
 from glmops import plan as plan_mod
 from glmops.catalog import flags as F
-from glmops.engines import registry
+from glmops.engines import compat, registry
 from glmops.engines.problems import (  # noqa: F401  (the old private names stay importable)
     argv_value as _argv_value, as_int as _as_int, canon as _canon, deep_merge as _deep_merge, dig as _dig,
     few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src)
@@ -153,6 +153,8 @@ def check(dep: Deployment) -> list[Problem]:
     _check_side_channels(dep, out)
     _check_router_policy(dep, cat, out)
     _check_engine_flags(dep, cat, out)
+    _check_cluster_flags(dep, backend, out)
+    compat.check(dep, cat, out)
     _engine_rules(dep, "planes", facts, out)
     return _dedupe(out)
 
@@ -294,12 +296,90 @@ def _check_flag_keys(dep: Deployment, data: dict, parsers: list, owned: dict[str
             _problem(out, "ENGINE_FLAG_OWNED", path,
                      f"{what} {key!r} in {where} is set by glmops from {why}; accepted: leave it out of {where}",
                      "remove the key: glmops derives it" if derived else f"set {why.split(' (')[0]} instead")
+        else:
+            _check_flag_value(dep, data, key, value, flags, name, version, where, path, what, out)
         for item in (value if isinstance(value, list) else [value]):
             if isinstance(item, str) and _FLAG_IN_VALUE.search(item):
                 _problem(out, "TYPE", path,
                          f"value {item!r} of {what} {key!r} holds ' --' (a second flag inside one value); "
                          "accepted: one value without whitespace followed by '--'",
                          "give each flag its own key")
+
+
+def _value_words(value: Any) -> list[str] | None:
+    """The words of a flag value compared with a closed set (a list = nargs words), or None when
+    the value is not a plain scalar (a dict is a JSON flag; True/False a bare flag)."""
+    items = value if isinstance(value, list) else [value]
+    words = []
+    for item in items:
+        if isinstance(item, bool) or item is None or isinstance(item, (dict, list)):
+            return None
+        if isinstance(item, float) and item.is_integer():
+            item = int(item)
+        words.append(str(item))
+    return words
+
+
+def _check_flag_value(dep: Deployment, data: dict, key: str, value: Any, flags: Any, name: str, version: str,
+                      where: str, path: str, what: str, out: list[Problem]) -> None:
+    """ENGINE_FLAG_VALUE: a value of an option with a closed set (the parser's ``choices``, a vLLM
+    metavar set, or ``glmops/catalog/flags/choices.yaml``) must be one of them; a YAML key's nested
+    keys with a set (``moe_config.backend``) too. Sets a plugin can extend are skipped when the
+    plugin option is set (``open_with``)."""
+    checks: list[tuple[str, str, Any]] = []
+    if "." not in str(key) or flags.parser.yaml:
+        checks.append((name, key, value))
+    if flags.parser.yaml and isinstance(value, dict):
+        for dotted in flags.choices:
+            head, _, tail = dotted.partition(".")
+            if head == name and tail:
+                found, sub = _dig(value, tail)
+                if found:
+                    checks.append((dotted, f"{key}.{tail}", sub))
+    given = {flags.resolve(k) for k in {**(dep.engine_args or {}), **data}} if not flags.parser.yaml else set()
+    for option, shown, val in checks:
+        accepted = flags.accepted_values(option)
+        words = _value_words(val)
+        if not accepted or words is None:
+            continue
+        if any(o in given for o in flags.choice_open_with.get(option, ())):
+            continue
+        bad = [w for w in words if w not in accepted]
+        if not bad:
+            continue
+        close = difflib.get_close_matches(bad[0], list(accepted), n=1, cutoff=0.6)
+        source = flags.choice_source.get(option, flags.parser.source)
+        note = _version_note([(flags, None)], version)
+        _problem(out, "ENGINE_FLAG_VALUE", path if shown == key else f"{path}.{shown.split('.', 1)[1]}",
+                 f"{what} {shown!r} = {', '.join(map(repr, bad))} in {where} is not accepted by "
+                 f"{flags.parser.label}; accepted: {', '.join(accepted)} (glmops/catalog/flags, from {source})",
+                 (f"did you mean {close[0]!r}?" if close else "pick one of the accepted values") + note)
+
+
+def _check_cluster_flags(dep: Deployment, backend: dict, out: list[Problem]) -> None:
+    """CLUSTER_LAUNCHER (F18): an engine flag that hands launch to a cluster glmops does not set up
+    (catalog ``engines.<backend>.cluster_flags``: vLLM ``distributed-executor-backend: ray``,
+    SGLang ``use-ray``) is refused, naming the flag; glmops launches every node itself."""
+    table = backend.get("cluster_flags") or {}
+    if not table:
+        return
+    layers = [("glmops_engine_args", "engine_args", dep.engine_args)]
+    layers += [(f"glmops_topologies.{dep.topology}.pools.{p.role}.engine_args", f"pools.{p.role}.engine_args",
+                p.engine_args) for p in dep.pools]
+    for where, key_base, data in layers:
+        for key, value in (data or {}).items():
+            flag = next((f for f in table if _canon(f) == _canon(key)), None)
+            if flag is None:
+                continue
+            entry = table[flag]
+            refused = [str(v).lower() for v in entry.get("refused") or []]
+            if str(value).lower() not in refused:
+                continue
+            _problem(out, "CLUSTER_LAUNCHER", _src(dep, f"{key_base}.{key}", key_base),
+                     f"engine flag {key!r} = {value!r} in {where} needs {entry.get('needs')}, which glmops does not "
+                     f"set up (it launches every node of a multi-node replica itself); accepted: "
+                     f"{', '.join(map(str, entry.get('accepted') or []))} or leave it unset ({entry.get('source')})",
+                     f"remove {key!r}: glmops renders the head address, start rank and --headless itself")
 
 
 def _check_engine_flags(dep: Deployment, cat: Any, out: list[Problem]) -> None:

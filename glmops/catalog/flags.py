@@ -9,8 +9,16 @@ only for the parsers a deployment uses, once per process (:func:`load` is cached
 File format (``#`` lines are comments; the first ones carry ``source:``)::
 
     [section]                 optional; groups the following options (vLLM: frontend | engine)
-    --name --alias ... [bool] one option per line: long names, first = canonical; ``bool`` marks a
-                              vLLM ``EnableDisableAction`` flag (vLLM also takes ``--no-<name>``)
+    --name --alias ... [bool] [choices=JSON]
+                              one option per line: long names, first = canonical; ``bool`` marks a
+                              vLLM ``EnableDisableAction`` flag (vLLM also takes ``--no-<name>``);
+                              ``choices=["a","b"]`` the closed set of values the parser accepts
+                              (argparse ``choices=``, or vLLM's ``metavar`` set where vLLM checks the
+                              name itself, e.g. ``--tool-call-parser``), compact JSON, last on the line
+
+Value sets the dumps lack (vLLM's ``--reasoning-parser`` is a free string checked at start-up;
+TensorRT-LLM's Click choices and YAML enums) are in ``glmops/catalog/flags/choices.yaml``, each
+with its source, merged into the same :class:`FlagList` (:attr:`FlagList.choices`).
 
 Each list is from one version (``Parser.version``). A deployment running another version (the
 catalog's vLLM default is 0.29.0, Dynamo 1.6.1 pins vLLM 0.31.0 / SGLang 0.5.21) is checked against
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -112,6 +121,16 @@ class FlagList:
     section: dict[str, str] = field(default_factory=dict)
     bools: frozenset[str] = frozenset()
     count: int = 0
+    #: canonical name (a YAML key may be dotted: ``moe_config.backend``) -> accepted values
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: canonical name -> where its value set comes from (the dump, or choices.yaml's ``source``)
+    choice_source: dict[str, str] = field(default_factory=dict)
+    #: canonical name -> options that make the set open (a plugin that registers more names)
+    choice_open_with: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def accepted_values(self, name: str) -> tuple[str, ...] | None:
+        """The closed set of values option ``name`` (canonical) takes, or None (any value)."""
+        return self.choices.get(name)
 
     def resolve(self, key: str, sections: tuple[str, ...] | None = None) -> str | None:
         """Canonical name of the option ``key`` names (e.g. vLLM ``tensor_parallel_size`` ->
@@ -147,6 +166,7 @@ def load(key: str) -> FlagList:
             if line.startswith("[") and line.endswith("]"):
                 current = line[1:-1]
                 continue
+            line, _, values = line.partition(" choices=")
             words = line.split()
             is_bool = words[-1] == "bool"
             names = [canon(parser, w) for w in words if w != "bool"]
@@ -157,8 +177,67 @@ def load(key: str) -> FlagList:
             out.section[first] = current
             if is_bool:
                 bools.add(first)
+            if values:
+                out.choices[first] = tuple(str(v) for v in json.loads(values))
+                out.choice_source[first] = parser.source
     out.bools = frozenset(bools)
+    _merge_extra_choices(out)
     return out
+
+
+CHOICES_FILE = FLAGS_DIR / "choices.yaml"
+
+
+@functools.cache
+def _extra_choices() -> dict:
+    import yaml  # the catalog's own loader uses it too; imported here so plain name look-ups skip it
+
+    with open(CHOICES_FILE, encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def _merge_extra_choices(out: FlagList) -> None:
+    """Add the value sets ``choices.yaml`` holds for this parser (they win over a dump's)."""
+    for key, entry in ((_extra_choices().get("parsers") or {}).get(out.parser.key) or {}).items():
+        name = key if out.parser.yaml else (out.resolve(key) or canon(out.parser, key))
+        if entry.get("values") is not None:
+            out.choices[name] = tuple(str(v) for v in entry["values"])
+            out.choice_source[name] = str(entry["source"])
+        if entry.get("open_with"):
+            out.choice_open_with[name] = tuple(canon(out.parser, k) for k in entry["open_with"])
+
+
+_LIST_RE = re.compile(r"(\[[^\]]*\]|\([^)]*\))")
+
+
+def _literal_list(text: str) -> list[str] | None:
+    """``['a', 'b']`` / ``('a', 'b')`` / ``{a,b}`` at the start of ``text`` as a list, else None."""
+    text = text.strip()
+    if text.startswith("{"):
+        body = text[1:text.index("}")]
+        return [v.strip() for v in body.split(",") if v.strip()]
+    found = _LIST_RE.match(text)
+    if not found:
+        return None
+    try:
+        values = ast.literal_eval(found.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    return [str(v) for v in values] if isinstance(values, (list, tuple)) else None
+
+
+def dump_choices(line: str) -> list[str] | None:
+    """The closed value set of one dump line: argparse ``choices=[...]`` / ``choices [...]`` (Dynamo's
+    frontend dump), else a vLLM ``metavar=`` set or list (vLLM lists the names it checks itself
+    there: ``--tool-call-parser``, ``--distributed-executor-backend``), else None."""
+    _head, _, rest = line.partition(" | ")
+    for pattern in (r"\bchoices[= ]", r"\bmetavar="):
+        found = re.search(pattern, rest)
+        if found:
+            values = _literal_list(rest[found.end():])
+            if values:
+                return values
+    return None
 
 
 # ----------------------------------------------------------------------------- generation
@@ -180,7 +259,8 @@ def render(parser: Parser, dump_text: str) -> str:
     lines = [f"# Options accepted by `{parser.tool}` {parser.version}: names only (glmops catalog).",
              f"# source: {parser.source} (dumped from the real parser)",
              "# regenerate: python -m glmops.catalog.flags /work/shared/reference/option-lists",
-             "# format: long names of one option per line, canonical first; 'bool' = vLLM EnableDisableAction"]
+             "# format: long names of one option per line, canonical first; 'bool' = vLLM EnableDisableAction;",
+             "#   choices=JSON = the values the parser accepts (argparse choices, or vLLM's metavar set)"]
     section = parser.sections[0] if parser.sections else ""
     if section:
         lines.append(f"[{section}]")
@@ -192,7 +272,9 @@ def render(parser: Parser, dump_text: str) -> str:
             continue
         if parser.split and parser.split in names and len(parser.sections) > 1:
             lines.append(f"[{parser.sections[1]}]")
-        lines.append(" ".join(names) + (" bool" if is_bool else ""))
+        values = dump_choices(raw)
+        lines.append(" ".join(names) + (" bool" if is_bool else "")
+                     + (f" choices={json.dumps(values, separators=(',', ':'))}" if values else ""))
     return "\n".join(lines) + "\n"
 
 

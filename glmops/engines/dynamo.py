@@ -360,8 +360,15 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
 
 def block_size(ctx: Ctx) -> int | None:
     """KV block size the KV router hashes with: SGLang page size (seed 001: 64), the
-    mocker's ``--block-size`` (catalog default 64) or the vLLM ``block-size`` flag (vLLM's
-    CUDA default 16)."""
+    mocker's ``--block-size`` (catalog default 64) or the vLLM ``block-size`` flag when a
+    layer sets it. None (no ``--kv-cache-block-size``) for a vLLM worker without one: vLLM
+    picks the block at start-up from the checkpoint's config and the attention backend (for a
+    hybrid model the attention page must cover the linear-attention state page,
+    ``HybridAttentionMambaModelConfig.verify_and_update_config``), which no static plan knows;
+    the ``dynamo.vllm`` worker registers the block it got (``register_model(...,
+    kv_cache_block_size=...)``, ``cache_info.get_configured_kv_event_block_size``) and the
+    frontend builds the KV router with the card's ``kv_cache_block_size``. Catalog
+    ``engines.dynamo.sources.router_block_size``."""
     dep = ctx.dep
     if base.backend_of(dep) == "sglang":
         return CATALOG.engine("sglang").get("page_size")
@@ -373,7 +380,10 @@ def block_size(ctx: Ctx) -> int | None:
     for pool in dep.pools:
         st = base.settings_for(dep, pool)
         args = base.merge_args(st.recipe.args, dep.engine_args, pool.engine_args)
-        sizes.append(int(args.get("block-size", 16)))
+        if args.get("block-size") is not None:
+            sizes.append(int(args["block-size"]))
+    if not sizes and CATALOG.engine(ENGINE).get("router_block_size") != "registered":
+        return 16  # vLLM's CUDA default, for a catalog that says the router cannot learn it
     return sizes[0] if sizes else None
 
 
@@ -384,7 +394,7 @@ def router(ctx: Ctx, workers: list[Service]) -> list[Service]:
     port = ctx.front_port
     mode = router_policy(ctx)
     flags: dict[str, Any] = {"http-host": host.address, "http-port": port, "router-mode": mode}
-    if mode == "kv":
+    if mode == "kv" and block_size(ctx) is not None:
         flags["kv-cache-block-size"] = block_size(ctx)
     disc_flags, disc_env = discovery(ctx)
     flags.update(disc_flags)

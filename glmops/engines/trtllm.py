@@ -90,6 +90,21 @@ def llm_api_config(ctx: Ctx, pool: PoolSpec, st: Settings) -> dict[str, Any]:
     return cfg
 
 
+def _note_attention_dp_tokens(ctx: Ctx, pool: PoolSpec, st: Settings) -> None:
+    """Seed 000, ``enable_attention_dp``: "When enabled, use --max_num_tokens 4096 for the
+    configuration above" (a recommendation, so a plan note, not a refusal): the value comes from
+    the recipe entry that matches ``attention_dp: true``; a deployment value that differs is noted."""
+    if not pool.attention_dp or ctx.dep.max_num_tokens is None:
+        return
+    for entry in CATALOG.recipes():
+        if entry.get("id") in st.recipe.ids and (entry.get("match") or {}).get("attention_dp") is True:
+            want = (entry.get("settings") or {}).get("max_num_tokens")
+            if want is not None and int(ctx.dep.max_num_tokens) != int(want):
+                ctx.notes.append(
+                    f"pool {pool.role}: attention DP with max_num_tokens {ctx.dep.max_num_tokens}; the recipe says "
+                    f"{want} ({entry.get('source')}: 'When enabled, use --max_num_tokens {want}')")
+
+
 def serve_args(ctx: Ctx, pool: PoolSpec, st: Settings) -> dict[str, Any]:
     """``trtllm-serve`` flags (snake_case) apart from model, host, port and --config."""
     dep = ctx.dep
@@ -122,6 +137,8 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
     """
     dep = ctx.dep
     st = base.settings_for(dep, pool)
+    if replica == 0:
+        _note_attention_dp_tokens(ctx, pool, st)
     head = pl.head
     alloc = ctx.alloc(head.host.name)
     http = alloc.take(base.PORT_BASES["http"], 1, want=pl.http_want)[0]

@@ -12,6 +12,9 @@ workers turn metrics on (``--enable-metrics``: Dynamo's SGLang metrics guide lau
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from plan_helpers import REV, dep, flags
 
 from glmops import plan
@@ -21,6 +24,19 @@ NVFP4_REPO = "RadixArk/GLM-5.3-Flash-NVFP4"
 NVFP4_SNAPSHOT = f"/models/{NVFP4_REPO}/{REV}"
 FP8_SNAPSHOT = f"/models/zai-org/GLM-5.3-Flash/{REV}"
 DYN = "/opt/glmops/venvs/dynamo-1.6.1/bin/python"
+SEED_001 = Path("/work/shared/seeds/001_45b716f972606a07.txt")
+
+
+def _seed_match_unit() -> int:
+    """The "match unit" of seed 001's sentence "The H200 targets enable prefix caching with a
+    match unit of 128", read from the seed when it is here (else that sentence's number)."""
+    text = SEED_001.read_text(encoding="utf-8") if SEED_001.exists() else "prefix caching with a match unit of 128"
+    found = re.search(r"prefix caching with a match unit of (\d+)", text)
+    assert found, "seed 001 no longer names a prefix-cache match unit"
+    return int(found.group(1))
+
+
+SEED_MATCH_UNIT = _seed_match_unit()
 
 
 def test_f_h200_vllm_aggregated_table_values():
@@ -41,9 +57,13 @@ def test_f_h200_vllm_aggregated_table_values():
         "gpu-memory-utilization": 0.8,               # "GPU memory utilization ... 0.80"
         "max-model-len": 1048576.0,                  # "Maximum context 1,048,576"
         "enable-prefix-caching": True,               # "both H200 targets enable prefix caching"
-        # "prefix caching with a match unit of 128": the prefix-cache hash unit is the KV block,
-        # so we chose --block-size 128
-        "block-size": 128.0,
+        # seed 001: "The H200 targets enable prefix caching with a match unit of 128". vLLM's flag
+        # for it is --prefix-match-unit (reference/option-lists/vllm-0.33.0-serve.txt; "a public
+        # prefix_match_unit that selects prefix-match granularity independently from physical
+        # KV-cache block sizes", https://github.com/vllm-project/vllm/pull/46384; used with
+        # --enable-prefix-caching in https://docs.vllm.ai/en/v0.30.0/features/automatic_prefix_caching/).
+        # This assertion was "block-size": 128.0, which changed the physical KV block: wrong.
+        "prefix-match-unit": float(SEED_MATCH_UNIT),
         "attention-backend": "FLASHMLA_SPARSE",      # "DeepGEMM, and FLASHMLA_SPARSE attention"
         # "the glm45 reasoning and glm47 tool-call parsers" (dynamo.vllm spells them --dyn-*)
         "dyn-tool-call-parser": "glm47",
@@ -89,7 +109,13 @@ def test_f_h200_vllm_disaggregated_8_plus_8():
     assert dec.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.12"
     front = next(s for s in p.services if s.role == "frontend")
     f = flags(front.argv, 3)
-    assert f["router-mode"] == "kv" and f["kv-cache-block-size"] == 128.0 and f["discovery-backend"] == "etcd"
+    assert f["router-mode"] == "kv" and f["discovery-backend"] == "etcd"
+    # no worker --block-size (vLLM sizes the hybrid model's block itself), so no router override:
+    # the dynamo.vllm worker registers the block it runs with (components/src/dynamo/vllm/main.py,
+    # register_model(..., kv_cache_block_size=...)) and the frontend's KV router uses the card's
+    # kv_cache_block_size (catalog engines.dynamo.sources.router_block_size)
+    assert "block-size" not in fp and "block-size" not in fd and "kv-cache-block-size" not in f
+    assert fp["prefix-match-unit"] == fd["prefix-match-unit"] == float(SEED_MATCH_UNIT)
     # KV-aware routing needs worker KV events
     assert fp["kv-events-config"]["endpoint"].startswith("tcp://*:")
 

@@ -1,0 +1,133 @@
+"""Combinations an engine version refuses or breaks on, from the catalog's per-engine table
+(``engines.<engine>.compat``, each entry with its ``source``): issue 14 item 5.
+
+Engine-neutral: every check reads the table of the engine that runs the model (Dynamo's worker
+backend included) and the version that runs it. Entry kinds (``kind``):
+
+* ``disagg_tp``: prefill TP above decode TP in a disaggregated topology over ``transport``
+  (F02: vllm-project/vllm#43523);
+* ``speculative_with_pp``: a speculative ``methods`` entry with pipeline parallelism > 1 on one of
+  ``models`` (MTP + PP for the GLM-5.x family);
+* ``disagg_arg``: an engine flag a disaggregated pool cannot take (``args``: flag -> value; SGLang
+  ``frontend-decoding``: seed 001 "Video input is unavailable in the SGLang disaggregated recipe").
+
+``specifier`` (PEP 440, e.g. ``<=0.33.0``) limits an entry to the versions it was reported for.
+Rule code ``ENGINE_COMBINATION``; the message names the values, the engine and version, the source.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from glmops.engines import base, registry
+from glmops.engines.problems import canon, pool_args, pool_config, problem, src
+from glmops.model import Deployment, PoolSpec, Problem
+
+
+def backend_version(dep: Deployment, cat: Any, backend: str) -> str:
+    """The version of ``backend`` that runs the model: the deployment's own engine version, or
+    the version the engine pins for its worker backend (catalog ``backend_versions``)."""
+    if backend == dep.engine:
+        return str(dep.engine_version or (cat.engines.get(backend) or {}).get("version") or "")
+    pinned = (cat.engines.get(dep.engine) or {}).get("backend_versions") or {}
+    return str(pinned.get(backend) or (cat.engines.get(backend) or {}).get("version") or "")
+
+
+def applies(entry: dict, version: str) -> bool:
+    """Whether ``entry`` covers ``version`` (no ``specifier``: every version)."""
+    spec = entry.get("specifier")
+    if not spec:
+        return True
+    try:
+        return Version(version) in SpecifierSet(str(spec), prereleases=True)
+    except (InvalidVersion, InvalidSpecifier):
+        return True  # an unparsable version is checked (ENGINE_VERSION reports it)
+
+
+def _transport(dep: Deployment, pool: PoolSpec) -> str:
+    spec = registry.find(registry.backend_name(dep))
+    if spec is None or spec.transport is None:
+        return ""
+    return spec.transport(pool_args(dep, pool), pool_config(dep, pool))
+
+
+def _label(backend_entry: dict, backend: str, version: str) -> str:
+    return f"{backend_entry.get('name') or backend} {version}".strip()
+
+
+def check(dep: Deployment, cat: Any, out: list[Problem]) -> None:
+    """Every ``compat`` entry of the backend engine that holds for ``dep``. The recipe settings
+    read on the way are not kept (``base.SETTINGS_CACHE`` is memoised per plan build only)."""
+    try:
+        _check(dep, cat, out)
+    finally:
+        base.SETTINGS_CACHE.clear()
+
+
+def _check(dep: Deployment, cat: Any, out: list[Problem]) -> None:
+    backend = registry.backend_name(dep)
+    entry_of = cat.engines.get(backend) or {}
+    version = backend_version(dep, cat, backend)
+    label = _label(entry_of, backend, version)
+    for entry in entry_of.get("compat") or []:
+        if not applies(entry, version):
+            continue
+        kind = entry.get("kind")
+        if kind == "disagg_tp":
+            _disagg_tp(dep, entry, label, out)
+        elif kind == "speculative_with_pp":
+            _speculative_with_pp(dep, entry, label, out)
+        elif kind == "disagg_arg":
+            _disagg_arg(dep, entry, label, out)
+
+
+def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    pre, dec = dep.pool("prefill"), dep.pool("decode")
+    if dep.topology != "disagg" or not (pre and dec):
+        return
+    want = str(entry.get("transport") or "")
+    if want and want not in (_transport(dep, pre), _transport(dep, dec)):
+        return
+    if int(pre.tp) > int(dec.tp):
+        problem(out, "ENGINE_COMBINATION", src(dep, "pools.decode.tp", "pools.prefill.tp", "pools.decode", "pools"),
+                f"prefill tp {pre.tp} with decode tp {dec.tp} over {want or 'the KV transfer'} on {label}: "
+                f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
+                "give decode at least the prefill's tensor parallelism (the seeds run TP4/TP4 and TP8/TP8)")
+
+
+def _speculative_with_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    models = [str(m) for m in entry.get("models") or []]
+    if models and dep.model not in models:
+        return
+    methods = {str(m).lower() for m in entry.get("methods") or []}
+    for pool in dep.pools:
+        if int(pool.pp or 1) <= 1:
+            continue
+        spec = base.settings_for(dep, pool).speculative or {}
+        method = str(spec.get("method", "")).lower()
+        if method not in methods:
+            continue
+        problem(out, "ENGINE_COMBINATION",
+                src(dep, f"pools.{pool.role}.pp", f"pools.{pool.role}.speculative", "speculative", f"pools.{pool.role}"),
+                f"pool {pool.role} pp {pool.pp} with speculative method {method!r} on {label} for {dep.model}: "
+                f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
+                "use tp/ep (or more nodes of tp) instead of pp, or set glmops_speculative: {method: none}")
+
+
+def _disagg_arg(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    if dep.topology != "disagg":
+        return
+    refused = {canon(k): v for k, v in (entry.get("args") or {}).items()}
+    for pool in dep.pools:
+        if pool.role == "agg":
+            continue
+        args = base.merge_args(base.settings_for(dep, pool).recipe.args, dep.engine_args, pool.engine_args)
+        for key, value in args.items():
+            if canon(key) in refused and value == refused[canon(key)]:
+                problem(out, "ENGINE_COMBINATION",
+                        src(dep, f"pools.{pool.role}.engine_args.{key}", f"engine_args.{key}", f"pools.{pool.role}"),
+                        f"engine flag {key!r} = {value!r} on the disaggregated {pool.role} pool of {label}: "
+                        f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
+                        f"remove {key!r} from the disaggregated pools")
