@@ -44,10 +44,11 @@ from rich.table import Table
 from rich.text import Text
 
 from glmops import ansible_options
+from glmops.resources import data_root
 from glmops.output import console as make_console
 from glmops.output import stamp
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = data_root()  # the checkout's top level, else the installed copy (glmops/_data)
 PLAYBOOKS = REPO / "playbooks"
 ANSIBLE_CFG = REPO / "ansible.cfg"
 
