@@ -143,6 +143,8 @@ def build(out_dir: Path, version: str | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m glmops.collection --out DIR``: build, print the tarball's path; exit status
+    as the module docstring says."""
     ap = argparse.ArgumentParser(prog="python -m glmops.collection", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="directory the tarball is written to (outside the checkout)")
     args = ap.parse_args(argv)
