@@ -20,6 +20,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from glmops.resources import PACKAGE
+
 
 @dataclass(frozen=True)
 class AnsibleOptions:
@@ -147,14 +149,16 @@ def vault_secrets(loader: Any, options: AnsibleOptions | None = None) -> list:
 
 #: glmops' own plugin and role directories (relative to the repository) and the Ansible setting
 #: and environment variable each is added to
+# (setting, environment variable, glmops' directory: "roles" under the data root, else a
+# directory under the package's ansible/, the same in a checkout and in an installed wheel)
 _OWN_PATHS = (
     ("DEFAULT_ROLES_PATH", "ANSIBLE_ROLES_PATH", "roles"),
-    ("DEFAULT_ACTION_PLUGIN_PATH", "ANSIBLE_ACTION_PLUGINS", "glmops/ansible/action_plugins"),
-    ("DEFAULT_MODULE_PATH", "ANSIBLE_LIBRARY", "glmops/ansible/library"),
-    ("DEFAULT_MODULE_UTILS_PATH", "ANSIBLE_MODULE_UTILS", "glmops/ansible/module_utils"),
-    ("DEFAULT_LOOKUP_PLUGIN_PATH", "ANSIBLE_LOOKUP_PLUGINS", "glmops/ansible/lookup_plugins"),
-    ("DEFAULT_FILTER_PLUGIN_PATH", "ANSIBLE_FILTER_PLUGINS", "glmops/ansible/filter_plugins"),
-    ("DEFAULT_INVENTORY_PLUGIN_PATH", "ANSIBLE_INVENTORY_PLUGINS", "glmops/ansible/inventory_plugins"),
+    ("DEFAULT_ACTION_PLUGIN_PATH", "ANSIBLE_ACTION_PLUGINS", "action_plugins"),
+    ("DEFAULT_MODULE_PATH", "ANSIBLE_LIBRARY", "library"),
+    ("DEFAULT_MODULE_UTILS_PATH", "ANSIBLE_MODULE_UTILS", "module_utils"),
+    ("DEFAULT_LOOKUP_PLUGIN_PATH", "ANSIBLE_LOOKUP_PLUGINS", "lookup_plugins"),
+    ("DEFAULT_FILTER_PLUGIN_PATH", "ANSIBLE_FILTER_PLUGINS", "filter_plugins"),
+    ("DEFAULT_INVENTORY_PLUGIN_PATH", "ANSIBLE_INVENTORY_PLUGINS", "inventory_plugins"),
 )
 
 
@@ -164,8 +168,10 @@ def config_env(repo: str, own_cfg: str) -> dict[str, str]:
     (``ANSIBLE_CONFIG``, ``./ansible.cfg`` of the working directory, ``~/.ansible.cfg``,
     ``/etc/ansible/ansible.cfg``), else glmops' own ``own_cfg``; and each plugin/role path
     setting (``ANSIBLE_ROLES_PATH``, ``ANSIBLE_ACTION_PLUGINS``, ``ANSIBLE_LIBRARY``, ...) is the
-    operator's effective value (their file and environment) with glmops' directory under
-    ``repo`` appended. Returns ``{name: value}``; reads files only."""
+    operator's effective value (their file and environment) with glmops' directory appended:
+    ``<repo>/roles`` (``repo``: :func:`glmops.resources.data_root`, the checkout's top level or
+    the installed copy) and the package's ``glmops/ansible/<kind>`` for plugins (package data in
+    both layouts). Returns ``{name: value}``; reads files only."""
     from ansible.config.manager import ConfigManager, find_ini_config_file
 
     cfg = find_ini_config_file() or own_cfg
@@ -178,7 +184,7 @@ def config_env(repo: str, own_cfg: str) -> dict[str, str]:
             theirs = []
         if isinstance(theirs, str):
             theirs = theirs.split(os.pathsep)
-        ours = os.path.join(repo, rel)
+        ours = os.path.join(repo, rel) if rel == "roles" else str(PACKAGE / "ansible" / rel)
         paths = [str(p) for p in theirs if p and str(p) != ours] + [ours]
         env[name] = os.pathsep.join(dict.fromkeys(paths))
     return env

@@ -7,7 +7,12 @@ Steps:
 1. ``apt-get install`` what the CLI, the lab and the tests need (python3-venv, debootstrap,
    systemd-container, nftables, zstd, systemd for ``systemd-analyze``, iproute2, rsync, ssh, git,
    prometheus for ``promtool``).
-2. ``python3 -m venv .venv`` in the checkout and ``pip install -e .[test,bench,lab]``.
+2. ``python3 -m venv .venv`` in the checkout and ``pip install -e .[test,bench,lab]``
+   constrained by ``.ci/constraints.txt`` (:data:`CONSTRAINTS`: every package the controller
+   installs, at the versions CI tested).
+
+``--freeze`` instead rewrites ``.ci/constraints.txt`` from the venv: ``name==version`` of
+glmops' dependencies and their dependencies (markers evaluated here), the extras included.
 
 Exit status: 0 ready, 1 a step failed (its command and output are printed).
 """
@@ -21,6 +26,27 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the controller's lock: pyproject's ranges stay, this file pins what CI installs and tests
+#: (.ci/, with CI's entry point: the top level is fixed, and it is no runtime data of the package)
+CONSTRAINTS = ROOT / ".ci" / "constraints.txt"
+# run by the venv's python: glmops' requirement closure (extras included) as name==version lines
+_FREEZE = r"""
+import importlib.metadata as md
+from packaging.requirements import Requirement
+seen, todo = {}, [("glmops", ("test", "bench", "lab"))]
+while todo:
+    name, extras = todo.pop()
+    dist = md.distribution(name)
+    key = dist.metadata["Name"].lower().replace("_", "-")
+    if key != "glmops":
+        seen[key] = dist.version
+    for line in dist.requires or []:
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (*extras, "")):
+            if req.name.lower().replace("_", "-") not in seen:
+                todo.append((req.name, tuple(req.extras)))
+print("".join(f"{k}=={v}\n" for k, v in sorted(seen.items())), end="")
+"""
 
 # Debian package -> a command it provides (checked with shutil.which) or a path.
 APT_PACKAGES: dict[str, str] = {
@@ -69,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m glmops.bootstrap", description=__doc__.splitlines()[0])
     ap.add_argument("--extras", default="test,bench,lab", help="pip extras to install (default: %(default)s)")
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the virtualenv goes (default: %(default)s)")
+    ap.add_argument("--freeze", action="store_true",
+                    help=f"rewrite {CONSTRAINTS.relative_to(ROOT)} from the venv, then stop")
     args = ap.parse_args(argv)
+    if args.freeze:
+        return _freeze(Path(args.venv) / "bin" / "python")
 
     missing = _missing_packages()
     if missing:
@@ -85,8 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     if not py.exists():
         _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"])
-    _run([str(py), "-m", "pip", "install", "-q", "-e", f"{ROOT}[{args.extras}]"])
+    constraints = ["-c", str(CONSTRAINTS)] if CONSTRAINTS.is_file() else []
+    _run([str(py), "-m", "pip", "install", "-q", *constraints, "-e", f"{ROOT}[{args.extras}]"])
     print(f"bootstrap: ready. Activate with: . {venv}/bin/activate")
+    return 0
+
+
+def _freeze(py: Path) -> int:
+    proc = subprocess.run([str(py), "-c", _FREEZE], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"bootstrap: --freeze needs a set-up venv ({py}): {proc.stderr.strip()}", file=sys.stderr)
+        return 1
+    CONSTRAINTS.write_text("# The controller's tested versions: pip install -c .ci/constraints.txt (glmops.bootstrap does).\n"
+                           "# Regenerate after changing pyproject's dependencies: python3 -m glmops.bootstrap --freeze\n"
+                           + proc.stdout)
+    print(f"bootstrap: wrote {CONSTRAINTS} ({len(proc.stdout.splitlines())} pins)")
     return 0
 
 

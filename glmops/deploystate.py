@@ -34,9 +34,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from glmops.resources import data_root
+
 #: host variables that are inputs of the deploy's roles (role prefixes)
 ROLE_VAR_PREFIXES = ("engine_runtime_", "engine_service_", "router_", "generation_")
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = data_root()  # roles/ and playbooks/: the checkout's, else the installed copy's
 _DIGEST: dict[str, str] = {}
 
 
@@ -114,7 +116,8 @@ def _bool(value: Any) -> bool:
 
 
 def code_digest(root: Path = _REPO) -> str:
-    """sha256 over every file under ``roles/`` and ``playbooks/`` of the checkout (names and
+    """sha256 over every file under ``roles/`` and ``playbooks/`` of ``root`` (default: the
+    checkout, else the installed copy, :func:`glmops.resources.data_root`; names and
     bytes; caches skipped): a changed role sends every host the full way once."""
     key = str(root)
     if key not in _DIGEST:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-#: the repository's roles directory (the playbooks run from this checkout)
-ROLES = Path(__file__).resolve().parents[1] / "roles"
+from glmops.resources import data_root
+
+#: glmops' roles directory (the checkout's, else the installed copy's: glmops.resources)
+ROLES = data_root() / "roles"
 
 # Runs on the host (stdlib only). JOBS: [{"id", "name", "argv"}]; SOURCES: {name: text}.
 # Each script runs as __main__ with sys.argv = [name, *argv]; SystemExit gives its exit code.
@@ -45,7 +47,7 @@ MARK = "@@glmops-hostread@@"
 
 
 def script(role: str, name: str) -> Path:
-    """Path of ``roles/<role>/files/<name>`` in this checkout.
+    """Path of ``roles/<role>/files/<name>`` under :data:`ROLES`.
 
     Raises FileNotFoundError naming the path when it is missing."""
     path = ROLES / role / "files" / name

@@ -54,10 +54,11 @@ from rich.text import Text
 from glmops import ansible_options, planning
 from glmops.inventory import check_run_target
 from glmops.model import SECRET_NAME as _SECRET_ENV  # the one home of secret patterns
+from glmops.resources import data_root
 from glmops.output import console as make_console
 from glmops.output import stamp
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = data_root()  # the checkout's top level, else the installed copy (glmops/_data)
 PLAYBOOKS = REPO / "playbooks"
 ANSIBLE_CFG = REPO / "ansible.cfg"
 

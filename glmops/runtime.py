@@ -14,9 +14,9 @@ need ``transformers==5.17.0`` and, for video, ``opencv-python-headless``), the c
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from glmops.model import Deployment
+from glmops.resources import data_root
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -58,7 +58,7 @@ def engine_pins(dep: Deployment, engine_key: str) -> list[str]:
 
 
 #: roles/engine_runtime's Dockerfile template: one template for the role and for the Plan.
-DOCKERFILE_TEMPLATE = Path(__file__).resolve().parent.parent / "roles" / "engine_runtime" / "templates" / "Dockerfile.j2"
+DOCKERFILE_TEMPLATE = data_root() / "roles" / "engine_runtime" / "templates" / "Dockerfile.j2"
 _SAFE_PIN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*;: \'@/+]*\Z')
 _SAFE_IMAGE = re.compile(r"^[a-z0-9][A-Za-z0-9._\-/:@]*\Z")
 

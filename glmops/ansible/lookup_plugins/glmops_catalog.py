@@ -7,6 +7,9 @@ no copy of them:
   (``engines.*.driver_min``; seed 000: "CUDA Driver 575 or later");
 * ``hardware``, KEY -> dict: ``hardware.KEY`` (``{}`` for an empty KEY or ``cpu``);
   an unknown KEY fails naming the accepted keys.
+
+Needs the glmops Python package on the controller; without it (the ``glmops.glmops``
+collection used on its own) the lookup fails saying which role variables to set instead.
 """
 from __future__ import annotations
 
@@ -18,8 +21,14 @@ class LookupModule(LookupBase):
     """See the module docstring."""
 
     def run(self, terms, variables=None, **kwargs):
-        from glmops import catalog as cat
-        from glmops.prechecks import driver_min
+        try:
+            from glmops import catalog as cat
+            from glmops.prechecks import driver_min
+        except ImportError as exc:
+            raise AnsibleLookupError(
+                f"glmops_catalog: the glmops Python package is not importable here ({exc}): install it on the "
+                "controller (pip install glmops), or set the values this lookup supplies: nvidia_driver_min_branch and "
+                "nvidia_driver_hw (or nvidia_driver_enabled/_fabricmanager/_nvlsm), container_toolkit_enabled") from None
 
         if not terms:
             raise AnsibleLookupError("glmops_catalog: name what to read: driver_min | hardware KEY")
