@@ -27,6 +27,7 @@ import os
 import re
 from typing import Any, Callable
 
+from glmops.resources import data_root
 from glmops.model import (
     CONTROL_CHARS,
     ENV_NAME,
@@ -691,7 +692,7 @@ def _vault_secrets(loader: Any) -> None:
 
 
 #: the playbooks' directory: the DataLoader's base directory (playbook-adjacent group_vars/host_vars)
-_PLAYBOOKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "playbooks")
+_PLAYBOOKS = str(data_root() / "playbooks")  # the checkout's, else the installed copy's
 
 
 def _parse(inventory_path: str) -> tuple[Any, Any]:
