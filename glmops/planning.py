@@ -102,17 +102,48 @@ def _count(inventory: str, topology: str | None) -> None:
 
 
 def _inventory_files(inventory: str) -> list[Path]:
-    """The files Ansible reads for ``inventory``: every file under a directory; a file with
-    the group_vars/ and host_vars/ beside it."""
+    """The files Ansible reads for ``inventory``: a file, or every file of a directory source
+    that Ansible's InventoryManager parses (it skips hidden names, ``group_vars``/``host_vars``/
+    ``vars_plugins`` and ``INVENTORY_IGNORE_PATTERNS``/``INVENTORY_IGNORE_EXTS``: a run's
+    ``.glmops/runs`` inside the inventory is never hashed); plus the vars files of the
+    ``group_vars/`` and ``host_vars/`` beside it, as the ``host_group_vars`` plugin reads them
+    (no hidden name, no ``~`` backup, extension none or ``YAML_FILENAME_EXTENSIONS``)."""
+    import re
+
+    from ansible import constants as C
+
+    ignored = re.compile("|".join([r"^\.", "^host_vars$", "^group_vars$", "^vars_plugins$",
+                                   *C.INVENTORY_IGNORE_PATTERNS,
+                                   *(re.escape(x) + "$" for x in C.INVENTORY_IGNORE_EXTS)]))
+    var_exts = {"", *C.YAML_FILENAME_EXTENSIONS}
+    files: list[Path] = []
+
+    def source(d: Path) -> None:
+        for child in sorted(d.iterdir()):
+            if ignored.search(child.name):
+                continue
+            if child.is_dir():
+                source(child)
+            elif child.is_file():
+                files.append(child)
+
+    def vars_dir(root: Path) -> None:
+        for p in sorted(root.rglob("*")):
+            parts = p.relative_to(root).parts
+            if p.is_file() and p.suffix in var_exts \
+                    and not any(part.startswith(".") or part.endswith("~") for part in parts):
+                files.append(p)
+
     path = Path(inventory)
     if path.is_dir():
-        roots = [path]
+        source(path)
+        base = path
     else:
-        roots = [path.parent / "group_vars", path.parent / "host_vars"]
-    files = [path] if path.is_file() else []
-    for root in roots:
-        if root.is_dir():
-            files += sorted(p for p in root.rglob("*") if p.is_file())
+        files += [path] if path.is_file() else []
+        base = path.parent
+    for sub in ("group_vars", "host_vars"):
+        if (base / sub).is_dir():
+            vars_dir(base / sub)
     return files
 
 

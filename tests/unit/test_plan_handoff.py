@@ -1,0 +1,45 @@
+"""The CLI's plan handoff (``glmops_plan_handoff``, ``glmops.planning``): taken only when it was
+planned from the same inputs (inventory files Ansible reads, catalog, overrides, ``-e``) and, when
+the runner wrote it, authenticated; a run-control variable cannot be set with ``-e``."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from glmops import planning
+from glmops.ansible_options import AnsibleOptions, using
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "inventories" / "lab"
+
+
+def _lab(tmp_path: Path) -> Path:
+    inv = tmp_path / "lab"
+    shutil.copytree(LAB, inv)
+    return inv
+
+
+def test_replanning_accepts_the_runners_handoff_variable(tmp_path):
+    """ansible-playbook -e glmops_plan_handoff=... with no usable handoff: the plugin plans itself,
+    and the runner's own variable is no UNKNOWN_KEY."""
+    with using(AnsibleOptions(extra_vars=(f"glmops_plan_handoff={tmp_path / 'none.json'}",
+                                          "glmops_restart_steps=[]", "glmops_day2_hosts=a"))):
+        planned = planning.load(str(LAB))
+    assert planned.plan.services
+
+
+def test_the_digest_covers_only_files_ansible_reads(tmp_path):
+    """A run's artifacts under <inventory>/.glmops/runs (cwd = the inventory), editor backups and
+    ignored extensions do not change the digest; a vars file Ansible reads does."""
+    inv = _lab(tmp_path)
+    before = planning.inputs_digest(str(inv), None)
+    runs = inv / ".glmops" / "runs" / "20260101T000000Z-deploy" / "artifacts"
+    runs.mkdir(parents=True)
+    (runs / "stdout").write_text("old run\n")
+    (inv / "group_vars" / "all.yml~").write_text("glmops_model: x\n")
+    (inv / "group_vars" / ".all.yml.swp").write_text("x")
+    (inv / "notes.md").write_text("# notes\n")
+    (inv / "hosts.yml.bak").write_text("x")
+    assert planning.inputs_digest(str(inv), None) == before
+    (inv / "group_vars" / "all.yml").write_text((inv / "group_vars" / "all.yml").read_text() + "\n# changed\n")
+    assert planning.inputs_digest(str(inv), None) != before
