@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops import deployview, rules
+from glmops import ansible_options, deployview, rules
 from glmops.checkpoint import plan_view as checkpoint_view
-from glmops.inventory import load_deployment
+from glmops.inventory import RUN_VARIABLES, load_deployment
 from glmops.model import Deployment, Plan, ValidationError
 from glmops.prechecks import needs_for_deployment
 from glmops.smoke import SmokeTarget, target_from_plan
@@ -52,6 +52,8 @@ class Planned:
     inventory: str
     topology: str | None = None
     overrides: dict[str, Any] | None = None
+    #: the ``-e``/Vault options it was planned with (``glmops.ansible_options.current()`` then)
+    options: ansible_options.AnsibleOptions = field(default_factory=ansible_options.AnsibleOptions)
     _parts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def _part(self, name: str, make):
@@ -75,8 +77,16 @@ class Planned:
         """The :class:`glmops.smoke.SmokeTarget` of this Plan."""
         return self._part("smoke_target", lambda: target_from_plan(self.plan, self.deployment))
 
-    def digest(self) -> str:
-        return inputs_digest(self.inventory, self.overrides)
+    def extra_vars(self) -> dict[str, Any]:
+        """The ``-e`` values it was planned with, parsed as ansible-playbook parses them."""
+        return self._part("extra_vars", lambda: _parsed_extra_vars(self.options))
+
+    def digest(self, run_extravars: dict[str, Any] | None = None) -> str:
+        """:func:`inputs_digest` of its inputs; ``run_extravars``: what the run adds to its ``-e``
+        (``glmops.runner`` passes them after the operator's, so they win)."""
+        from ansible.utils.vars import combine_vars
+
+        return inputs_digest(self.inventory, self.overrides, combine_vars(self.extra_vars(), run_extravars or {}))
 
 
 def load(inventory: str, topology: str | None = None, overrides: dict[str, Any] | None = None) -> Planned:
@@ -91,7 +101,37 @@ def load(inventory: str, topology: str | None = None, overrides: dict[str, Any] 
         _count(inventory, topology)
     if problems or the_plan is None:
         raise ValidationError(problems)
-    return Planned(dep, the_plan, str(inventory), topology, dict(overrides) if overrides else None)
+    return Planned(dep, the_plan, str(inventory), topology, dict(overrides) if overrides else None,
+                   ansible_options.current())
+
+
+def _parsed_extra_vars(options: ansible_options.AnsibleOptions) -> dict[str, Any]:
+    if not options.extra_vars:
+        return {}
+    from ansible.parsing.dataloader import DataLoader
+
+    loader = DataLoader()
+    if any(e.startswith("@") for e in options.extra_vars):
+        ansible_options.vault_secrets(loader, options)
+    return ansible_options.extra_vars(loader, options)
+
+
+def play_extra_vars(loader: Any) -> dict[str, Any] | None:
+    """Inside ``ansible-playbook`` (an action plugin): that command's ``-e`` values, parsed
+    (the operator's and the runner's ``@<run>/env/extravars``); None when they cannot be parsed
+    (the caller plans itself and reports)."""
+    try:
+        return ansible_options.extra_vars(loader)
+    except Exception:  # noqa: BLE001 - planning again reports the same error properly
+        return None
+
+
+def digest_extra_vars(extra_vars: dict[str, Any] | None) -> str:
+    """The canonical text of the ``-e`` values a Plan depends on: every one (a templated inventory
+    value may use any) but the run-control variables (``glmops.inventory.RUN_VARIABLES``: the
+    runner's own, e.g. the handoff's path and the run dir)."""
+    kept = {k: v for k, v in (extra_vars or {}).items() if k not in RUN_VARIABLES}
+    return json.dumps(json.loads(json.dumps(kept, default=str)), sort_keys=True)
 
 
 def _count(inventory: str, topology: str | None) -> None:
@@ -147,10 +187,12 @@ def _inventory_files(inventory: str) -> list[Path]:
     return files
 
 
-def inputs_digest(inventory: str, overrides: dict[str, Any] | None) -> str:
+def inputs_digest(inventory: str, overrides: dict[str, Any] | None,
+                  extra_vars: dict[str, Any] | None = None) -> str:
     """sha256 of what a Plan is built from: the inventory's files (names relative to it and
-    contents), the catalog's files and the overrides (the topology is compared apart: the
-    Plan's own, see :func:`take_handoff`)."""
+    contents), the catalog's files, the overrides and the ``-e`` values
+    (:func:`digest_extra_vars`; the topology is compared apart: the Plan's own, see
+    :func:`take_handoff`)."""
     h = hashlib.sha256()
     base = Path(inventory) if Path(inventory).is_dir() else Path(inventory).parent
     for root, files in ((base, _inventory_files(inventory)),
@@ -159,21 +201,24 @@ def inputs_digest(inventory: str, overrides: dict[str, Any] | None) -> str:
         for f in files:
             h.update(str(f.relative_to(root)).encode() + b"\0")
             h.update(f.read_bytes() + b"\0")
-    h.update(json.dumps(overrides or None, sort_keys=True, default=str).encode())
+    h.update(json.dumps(overrides or None, sort_keys=True, default=str).encode() + b"\0")
+    h.update(digest_extra_vars(extra_vars).encode())
     return h.hexdigest()
 
 
-def handoff(planned: Planned) -> dict[str, Any]:
-    """What the CLI hands its run's plan play (secrets inside: write it 0600, outside artifacts)."""
-    return {"version": HANDOFF_VERSION, "digest": planned.digest(), "topology": planned.plan.topology,
+def handoff(planned: Planned, run_extravars: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the CLI hands its run's plan play (secrets inside: write it 0600, outside artifacts);
+    ``run_extravars``: the extra vars the runner adds to the run's ``-e``."""
+    return {"version": HANDOFF_VERSION, "digest": planned.digest(run_extravars), "topology": planned.plan.topology,
             "plan": planned.view(),
             "precheck_needs": planned.precheck_needs(), "smoke_target": asdict(planned.smoke_target())}
 
 
 def take_handoff(path: str | None, inventory: str, topology: str | None,
-                 overrides: dict[str, Any] | None) -> dict[str, Any] | None:
+                 overrides: dict[str, Any] | None, extra_vars: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The handed ``{plan, precheck_needs, smoke_target}`` when ``path`` holds a handoff planned
-    from what ``inventory`` and ``overrides`` are now (same :func:`inputs_digest`) for
+    from what ``inventory``, ``overrides`` and the run's ``-e`` values ``extra_vars``
+    (:func:`play_extra_vars`) are now (same :func:`inputs_digest`) for
     ``topology`` (None: the inventory's, which the digest covers; else the Plan's topology must
     be it); else None (the caller plans)."""
     if not path or not os.path.isfile(path):
@@ -185,7 +230,7 @@ def take_handoff(path: str | None, inventory: str, topology: str | None,
         return None
     if not isinstance(doc, dict) or doc.get("version") != HANDOFF_VERSION:
         return None
-    if doc.get("digest") != inputs_digest(inventory, overrides or None):
+    if doc.get("digest") != inputs_digest(inventory, overrides or None, extra_vars):
         return None
     if topology and topology != doc.get("topology"):
         return None

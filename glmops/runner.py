@@ -245,7 +245,7 @@ def run(
     }
     started = time.monotonic()
     extra = {**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)}
-    with _secrets_out_of_environ(), _handoff(planned) as handoff:
+    with _secrets_out_of_environ(), _handoff(planned, extra) as handoff:
         if handoff:
             extra["glmops_plan_handoff"] = handoff
         r = ansible_runner.run(
@@ -279,9 +279,10 @@ def run(
 
 
 @contextlib.contextmanager
-def _handoff(planned: planning.Planned | None):
+def _handoff(planned: planning.Planned | None, run_extravars: dict[str, Any] | None = None):
     """The path of ``planned``'s handoff (:func:`glmops.planning.handoff`: env files, so
-    secrets) as a 0600 file in a 0700 temporary directory, removed when the run ends; None
+    secrets; its digest covers ``run_extravars``, the run's own extra vars, as the plan play
+    sees them) as a 0600 file in a 0700 temporary directory, removed when the run ends; None
     without a Plan."""
     if planned is None:
         yield None
@@ -292,7 +293,7 @@ def _handoff(planned: planning.Planned | None):
         path = os.path.join(tdir, "plan.json")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(planning.handoff(planned), fh)
+            json.dump(planning.handoff(planned, run_extravars), fh)
         yield path
     finally:
         shutil.rmtree(tdir, ignore_errors=True)

@@ -43,3 +43,27 @@ def test_the_digest_covers_only_files_ansible_reads(tmp_path):
     assert planning.inputs_digest(str(inv), None) == before
     (inv / "group_vars" / "all.yml").write_text((inv / "group_vars" / "all.yml").read_text() + "\n# changed\n")
     assert planning.inputs_digest(str(inv), None) != before
+
+
+def _write_handoff(tmp_path: Path, planned: planning.Planned, run_extravars: dict | None = None) -> Path:
+    """The handoff the runner writes for ``planned``."""
+    import json
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(planning.handoff(planned, run_extravars)))
+    return path
+
+
+def test_a_handoff_planned_with_other_extra_vars_is_not_taken(tmp_path):
+    """-e values are inputs of the Plan: a handoff planned with -e glmops_max_seq_len=1000 is not
+    used by a run with 2000 (nor without it); run-control variables do not count."""
+    with using(AnsibleOptions(extra_vars=("glmops_max_seq_len=1000",))):
+        planned = planning.load(str(LAB))
+    path = _write_handoff(tmp_path, planned, {"glmops_plan_summary": "/x/plan-summary.json"})
+    take = planning.take_handoff
+    assert take(str(path), str(LAB), None, None, {"glmops_max_seq_len": "1000"}) is not None
+    assert take(str(path), str(LAB), None, None, {"glmops_max_seq_len": "1000", "glmops_plan_summary": "/y",
+                                                  "glmops_plan_handoff": str(path)}) is not None
+    assert take(str(path), str(LAB), None, None, {"glmops_max_seq_len": "2000"}) is None
+    assert take(str(path), str(LAB), None, None, {}) is None
+    assert take(str(path), str(LAB), None, None, {"glmops_max_seq_len": "1000", "model_root": "/elsewhere"}) is None

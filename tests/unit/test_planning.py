@@ -88,10 +88,13 @@ def _builds(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.mark.parametrize("argv", [["deploy"], ["serve"], ["download"]])
+@pytest.mark.parametrize("argv", [["deploy"], ["serve"], ["download"],
+                                  ["serve", "-e", "glmops_served_model_name=from-e", "--topology", "agg"],
+                                  ["download", "-e", '{"glmops_served_model_name": "from-e"}']])
 def test_a_run_builds_the_plan_once(tmp_path, monkeypatch, argv):
     """deploy: once, in its run's plan play (the smoke checks after it take the run's target);
-    serve, download: once on the controller, handed to the plan play (which does not plan)."""
+    serve, download: once on the controller, handed to the plan play (which does not plan), also
+    with -e (the plan play's digest of the run's -e, the operator's and the runner's, is the CLI's)."""
     builds = tmp_path / "builds"
     monkeypatch.setenv(planning.BUILDS_ENV, str(builds))
     monkeypatch.setenv("GLMOPS_RUNS_DIR", str(tmp_path / "runs"))

@@ -68,7 +68,11 @@ class ActionModule(ActionBase):
         topology = self._task.args.get("topology") or None
         overrides = self._task.args.get("overrides") or None
         want_needs = bool(self._task.args.get("precheck_needs", True))
-        handed = planning.take_handoff(self._task.args.get("handoff"), inventory, topology, overrides)
+        handed = None
+        if self._task.args.get("handoff"):
+            extra = planning.play_extra_vars(self._loader)  # this run's -e, as the CLI's digest saw them
+            handed = planning.take_handoff(self._task.args["handoff"], inventory, topology, overrides, extra) \
+                if extra is not None else None
         if handed is not None:  # the CLI planned this run from the same inputs: no second Plan
             view, needs, smoke_target = handed["plan"], handed["precheck_needs"], handed["smoke_target"]
         else:
