@@ -33,7 +33,7 @@ from typing import Any
 from glmops import ansible_options, deployview, rules
 from glmops.checkpoint import plan_view as checkpoint_view
 from glmops.inventory import RUN_VARIABLES, load_deployment
-from glmops.model import Deployment, Plan, ValidationError
+from glmops.model import Deployment, Plan, Problem, ValidationError
 from glmops.prechecks import needs_for_deployment
 from glmops.smoke import SmokeTarget, target_from_plan
 
@@ -114,6 +114,27 @@ def _parsed_extra_vars(options: ansible_options.AnsibleOptions) -> dict[str, Any
     if any(e.startswith("@") for e in options.extra_vars):
         ansible_options.vault_secrets(loader, options)
     return ansible_options.extra_vars(loader, options)
+
+
+def refuse_run_variables(options: ansible_options.AnsibleOptions | None = None) -> None:
+    """Raise ValidationError (the CLI exits 2, before any run) naming each run-control variable
+    (``glmops.inventory.RUN_VARIABLES``: ``glmops_plan_handoff``, ``glmops_plan_summary``, ...)
+    that the operator's ``-e`` (``options``, default ``current()``) sets: only glmops' verbs set
+    them. ``-e`` that cannot be parsed is left to the inventory read and the run, which report it."""
+    options = options or ansible_options.current()
+    if not options.extra_vars:
+        return
+    try:
+        given = _parsed_extra_vars(options)
+    except Exception:  # noqa: BLE001 - the same parse error stops the read/the run before any host
+        return
+    bad = sorted(k for k in given if k in RUN_VARIABLES)
+    if bad:
+        raise ValidationError([Problem("RUN_VARIABLE", f"-e:{name}",
+                                       f"{name!r} is a run-control variable glmops sets itself; it cannot be "
+                                       "set with -e/--extra-vars",
+                                       "leave it out (the verb's own options set what it controls)")
+                               for name in bad])
 
 
 def play_extra_vars(loader: Any) -> dict[str, Any] | None:

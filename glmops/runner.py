@@ -210,6 +210,7 @@ def run(
     ``planned``: the Plan the verb built for this run, handed to the plan play (see the
     module docstring).
     """
+    planning.refuse_run_variables()  # ValidationError (exit 2): -e may not set glmops_plan_handoff, ...
     check_run_target(inventory, limit)  # ValidationError (exit 2) before any host: no hosts, bad --limit
     console = console or make_console()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")

@@ -67,3 +67,50 @@ def test_a_handoff_planned_with_other_extra_vars_is_not_taken(tmp_path):
     assert take(str(path), str(LAB), None, None, {"glmops_max_seq_len": "2000"}) is None
     assert take(str(path), str(LAB), None, None, {}) is None
     assert take(str(path), str(LAB), None, None, {"glmops_max_seq_len": "1000", "model_root": "/elsewhere"}) is None
+
+
+def _no_run(monkeypatch) -> list:
+    """runner.run's playbook start records instead of running (nothing must run)."""
+    from glmops import runner
+
+    started: list = []
+    monkeypatch.setattr(runner.ansible_runner, "run", lambda **kw: started.append(kw) or (_ for _ in ()).throw(
+        AssertionError("a playbook ran")))
+    return started
+
+
+def test_the_cli_refuses_run_control_variables_in_extra_vars(tmp_path, monkeypatch):
+    """glmops deploy -e glmops_plan_handoff=/tmp/forged.json: exit 2 naming it, no run (also as
+    JSON and @file, and for the other run-control variables)."""
+    from click.testing import CliRunner
+
+    from glmops.cli import main
+
+    started = _no_run(monkeypatch)
+    monkeypatch.setenv("GLMOPS_RUNS_DIR", str(tmp_path / "runs"))
+    forged = tmp_path / "forged.json"
+    forged.write_text("{}")
+    vars_file = tmp_path / "vars.yml"
+    vars_file.write_text(f"glmops_plan_summary: {tmp_path / 's.json'}\nglmops_max_seq_len: 1000\n")
+    for extra, name in ((f"glmops_plan_handoff={forged}", "glmops_plan_handoff"),
+                        ('{"glmops_prune": false}', "glmops_prune"),
+                        (f"@{vars_file}", "glmops_plan_summary")):
+        for verb in (["deploy", "--check"], ["serve"], ["validate"]):
+            res = CliRunner().invoke(main, [*verb, "-i", str(LAB), "-e", extra], env={"COLUMNS": "200"})
+            assert res.exit_code == 2, (verb, extra, res.output)
+            assert f"-e:{name}" in res.output and "run-control variable" in res.output, res.output
+    assert not started
+
+
+def test_runner_refuses_run_control_variables_before_any_run(tmp_path, monkeypatch):
+    import pytest
+
+    from glmops import runner
+    from glmops.model import ValidationError
+
+    started = _no_run(monkeypatch)
+    monkeypatch.setenv("GLMOPS_RUNS_DIR", str(tmp_path / "runs"))
+    with using(AnsibleOptions(extra_vars=("glmops_plan_handoff=/tmp/forged.json",))):
+        with pytest.raises(ValidationError, match="glmops_plan_handoff"):
+            runner.run("deploy", "deploy.yml", str(LAB), check=True)
+    assert not started
