@@ -14,9 +14,15 @@ The Plan travels to a playbook once: ``glmops.runner.run(..., planned=P)`` write
 :func:`handoff` (the plan view, the hosts' precheck needs and the :func:`inputs_digest` of
 the inventory, the catalog, the topology and the overrides it was planned from) into a 0600
 file of a private temporary directory (never the run's artifacts: env files hold secrets)
-and passes its path as ``glmops_plan_handoff``. The plan play's ``glmops_plan`` plugin
-(:func:`take_handoff`) uses it when the digest of what it would plan from is the same, and
-plans itself otherwise (plain ``ansible-playbook -i INV playbooks/deploy.yml``).
+and passes its path as ``glmops_plan_handoff``. The handoff is authenticated
+(:func:`write_handoff`): a random per-run key in a 0600 file beside it, named to ansible-playbook
+by the environment variable :data:`KEY_ENV` (a path; the key is in no argv, environment or
+artifact), and an HMAC-SHA256 of its content. The plan play's ``glmops_plan`` plugin (and
+``glmops_prechecks``, :func:`take_handoff`) uses it only when the HMAC verifies with that key,
+both files and their directory are this user's and not group/other-writable, the content has
+the expected shape and the digest of what it would plan from (inventory files, catalog,
+overrides, ``-e``) is the same; otherwise it prints one line why and plans itself (as plain
+``ansible-playbook -i INV playbooks/deploy.yml`` does, which has no key).
 
 ``GLMOPS_PLAN_BUILDS=<file>``: a debug hook; every Plan built through :func:`load` appends
 one line (pid, inventory, topology) to that file, in the CLI and in the playbook's plugins.
@@ -24,8 +30,11 @@ one line (pid, inventory, topology) to that file, in the CLI and in the playbook
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +49,12 @@ from glmops.smoke import SmokeTarget, target_from_plan
 #: the debug hook's environment variable (see the module docstring)
 BUILDS_ENV = "GLMOPS_PLAN_BUILDS"
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
-HANDOFF_VERSION = 1
+HANDOFF_VERSION = 2
+#: the environment variable naming the run's handoff key file (glmops.runner sets it for its
+#: ansible-playbook; a path, never the key: ansible-runner keeps the environment in its artifacts)
+KEY_ENV = "GLMOPS_PLAN_HANDOFF_KEY_FILE"
+_MAGIC = b"glmops-plan-handoff-v2 "
+_MAX_HANDOFF_BYTES = 256 << 20
 
 
 @dataclass
@@ -133,7 +147,7 @@ def refuse_run_variables(options: ansible_options.AnsibleOptions | None = None) 
         raise ValidationError([Problem("RUN_VARIABLE", f"-e:{name}",
                                        f"{name!r} is a run-control variable glmops sets itself; it cannot be "
                                        "set with -e/--extra-vars",
-                                       "leave it out (the verb's own options set what it controls)")
+                                       "leave it out: the verb's own options set what it controls")
                                for name in bad])
 
 
@@ -235,24 +249,146 @@ def handoff(planned: Planned, run_extravars: dict[str, Any] | None = None) -> di
             "precheck_needs": planned.precheck_needs(), "smoke_target": asdict(planned.smoke_target())}
 
 
+class _Refused(Exception):
+    """Why a handoff is not used (one line)."""
+
+
+def _write_private(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def write_handoff(directory: str, planned: Planned, run_extravars: dict[str, Any] | None = None) -> tuple[str, str]:
+    """Write ``planned``'s :func:`handoff` into ``directory`` (a private 0700 directory of this
+    user) as ``plan.json``, authenticated: a new random key in the 0600 file ``plan.key`` and
+    the HMAC-SHA256 of the content in the file's first line. Returns (handoff path, key path);
+    the run gets the first as ``glmops_plan_handoff`` and the second in :data:`KEY_ENV`."""
+    key = secrets.token_bytes(32)
+    key_path = os.path.join(directory, "plan.key")
+    _write_private(key_path, key.hex().encode())
+    payload = json.dumps(handoff(planned, run_extravars)).encode()
+    mac = hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
+    path = os.path.join(directory, "plan.json")
+    _write_private(path, _MAGIC + mac + b"\n" + payload)
+    return path, key_path
+
+
+def _read_private(path: str, what: str, secret: bool) -> bytes:
+    """The bytes of ``path``: a regular file (no symlink) of this user, not group/other-writable
+    (``secret``: not group/other-accessible at all), in a directory of this user that is not
+    group/other-writable; else :class:`_Refused`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise _Refused(f"cannot open the {what} {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Refused(f"the {what} {path} is not a regular file")
+        if st.st_uid != os.getuid():
+            raise _Refused(f"the {what} {path} is not owned by this user")
+        if st.st_mode & (0o077 if secret else 0o022):
+            raise _Refused(f"the {what} {path} is {'accessible' if secret else 'writable'} by group or others "
+                           f"(mode {stat.S_IMODE(st.st_mode):04o})")
+        parent = os.stat(os.path.dirname(os.path.abspath(path)))
+        if parent.st_uid != os.getuid() or parent.st_mode & 0o022:
+            raise _Refused(f"the directory of the {what} {path} is not private to this user")
+        if st.st_size > _MAX_HANDOFF_BYTES:
+            raise _Refused(f"the {what} {path} is too large")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read(_MAX_HANDOFF_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _shape_problem(doc: Any) -> str:
+    """What is wrong with the shape of a handoff document ("" when nothing)."""
+    if not isinstance(doc, dict):
+        return "it is not a JSON object"
+    if doc.get("version") != HANDOFF_VERSION:
+        return f"version {doc.get('version')!r}, expected {HANDOFF_VERSION}"
+    if not isinstance(doc.get("digest"), str) or not isinstance(doc.get("topology"), str):
+        return "no digest or topology"
+    plan = doc.get("plan")
+    if not isinstance(plan, dict):
+        return "no plan"
+    for key in ("deployment", "model", "served_model_name", "engine", "topology", "endpoint_url"):
+        if not isinstance(plan.get(key), str):
+            return f"plan.{key} is not a string"
+    if plan["topology"] != doc["topology"]:
+        return "plan.topology is not the handoff's topology"
+    for key in ("worker_hosts", "router_hosts"):
+        if not _is_str_list(plan.get(key)):
+            return f"plan.{key} is not a list of host names"
+    if "store_hosts" in plan and not _is_str_list(plan["store_hosts"]):
+        return "plan.store_hosts is not a list of host names"
+    for key in ("hosts", "checkpoint", "monitoring"):
+        if key in plan and not isinstance(plan[key], dict):
+            return f"plan.{key} is not a mapping"
+    services = plan.get("services")
+    if not isinstance(services, list) or not all(
+            isinstance(svc, dict) and isinstance(svc.get("unit"), str) and isinstance(svc.get("host"), str)
+            for svc in services):
+        return "plan.services is not a list of services"
+    needs = doc.get("precheck_needs")
+    if needs is not None and not (isinstance(needs, dict) and all(isinstance(v, dict) for v in needs.values())):
+        return "precheck_needs is not a mapping of host to needs"
+    if doc.get("smoke_target") is not None and not isinstance(doc["smoke_target"], dict):
+        return "smoke_target is not a mapping"
+    return ""
+
+
+def _authenticated(path: str) -> dict[str, Any]:
+    """The document of the handoff at ``path`` when it verifies (see the module docstring)."""
+    key_path = os.environ.get(KEY_ENV)
+    if not key_path:
+        raise _Refused(f"no handoff key ({KEY_ENV} is not set: only glmops' own runs hand a Plan over)")
+    try:
+        key = bytes.fromhex(_read_private(key_path, "handoff key", secret=True).decode("ascii").strip())
+    except (ValueError, UnicodeDecodeError):
+        key = b""
+    if len(key) < 16:
+        raise _Refused(f"the handoff key {key_path} is not a key")
+    data = _read_private(path, "handoff", secret=False)
+    head, _, payload = data.partition(b"\n")
+    if not head.startswith(_MAGIC) or not hmac.compare_digest(
+            head[len(_MAGIC):], hmac.new(key, payload, hashlib.sha256).hexdigest().encode()):
+        raise _Refused("its HMAC does not verify with this run's key (not written by this run)")
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        raise _Refused("it is not JSON") from None
+    problem = _shape_problem(doc)
+    if problem:
+        raise _Refused(f"malformed: {problem}")
+    return doc
+
+
 def take_handoff(path: str | None, inventory: str, topology: str | None,
-                 overrides: dict[str, Any] | None, extra_vars: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The handed ``{plan, precheck_needs, smoke_target}`` when ``path`` holds a handoff planned
-    from what ``inventory``, ``overrides`` and the run's ``-e`` values ``extra_vars``
-    (:func:`play_extra_vars`) are now (same :func:`inputs_digest`) for
-    ``topology`` (None: the inventory's, which the digest covers; else the Plan's topology must
-    be it); else None (the caller plans)."""
-    if not path or not os.path.isfile(path):
+                 overrides: dict[str, Any] | None, extra_vars: dict[str, Any] | None = None,
+                 say: Any = None) -> dict[str, Any] | None:
+    """The handed ``{plan, precheck_needs, smoke_target}`` when ``path`` holds an authenticated
+    handoff of this run (see the module docstring) planned from what ``inventory``,
+    ``overrides`` and the run's ``-e`` values ``extra_vars`` (:func:`play_extra_vars`) are now
+    (same :func:`inputs_digest`) for ``topology`` (None: the inventory's, which the digest
+    covers; else the Plan's topology must be it); else None (the caller plans), after calling
+    ``say`` (when given, and a ``path`` was) with one line saying why. Never raises for a bad
+    handoff."""
+    if not path:
         return None
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("version") != HANDOFF_VERSION:
-        return None
-    if doc.get("digest") != inputs_digest(inventory, overrides or None, extra_vars):
-        return None
-    if topology and topology != doc.get("topology"):
+        doc = _authenticated(str(path))
+        if doc["digest"] != inputs_digest(inventory, overrides or None, extra_vars):
+            raise _Refused("it was planned from other inputs (inventory, catalog, overrides or -e changed)")
+        if topology and topology != doc["topology"]:
+            raise _Refused(f"it was planned for topology {doc['topology']!r}, this run is {topology!r}")
+    except _Refused as exc:
+        if say is not None:
+            say(f"glmops: not using the plan handoff {path}: {exc}; planning here")
         return None
     return {"plan": doc["plan"], "precheck_needs": doc.get("precheck_needs"), "smoke_target": doc.get("smoke_target")}

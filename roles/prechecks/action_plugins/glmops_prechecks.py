@@ -28,10 +28,12 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from glmops import hostread, planning, prechecks
 from glmops.inventory import play_inventory
 
+display = Display()
 _PLAN_CACHE: dict = {}
 
 
@@ -42,7 +44,7 @@ def _deployment_needs(inventory: str, host: str, topology: str | None = None, ha
     (``glmops.planning.load``), cached per inventory path, mtime and topology."""
     key = (inventory, os.path.getmtime(inventory), topology)
     if key not in _PLAN_CACHE:
-        handed = planning.take_handoff(handoff, inventory, topology, None, extra_vars) \
+        handed = planning.take_handoff(handoff, inventory, topology, None, extra_vars, say=display.warning) \
             if handoff and extra_vars is not None else None
         _PLAN_CACHE[key] = (handed["precheck_needs"] if handed and isinstance(handed.get("precheck_needs"), dict)
                             else planning.load(inventory, topology).precheck_needs())
