@@ -21,7 +21,8 @@ run dir (``plan-summary.json``, extra var ``glmops_plan_summary``); it becomes
 so a CLI verb need not plan on the controller before the run. A verb that planned already
 passes its :class:`glmops.planning.Planned` (``planned=``): the run's plan play takes it
 (``glmops_plan_handoff``, a 0600 file in a private temporary directory removed after the
-run, never in the artifacts) instead of planning again.
+run, never in the artifacts, authenticated by an HMAC with a per-run key whose file's path
+goes to ansible-playbook as ``GLMOPS_PLAN_HANDOFF_KEY_FILE``: ``glmops.planning.write_handoff``) instead of planning again.
 
 Artifacts of every run are kept under ``./.glmops/runs/<UTC timestamp>-<verb>/``
 (``GLMOPS_RUNS_DIR`` overrides the parent), whose path is printed. Nothing secret is
@@ -211,6 +212,7 @@ def run(
     ``planned``: the Plan the verb built for this run, handed to the plan play (see the
     module docstring).
     """
+    planning.refuse_run_variables()  # ValidationError (exit 2): -e may not set glmops_plan_handoff, ...
     check_run_target(inventory, limit)  # ValidationError (exit 2) before any host: no hosts, bad --limit
     console = console or make_console()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -246,9 +248,11 @@ def run(
     }
     started = time.monotonic()
     extra = {**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)}
-    with _secrets_out_of_environ(), _handoff(planned) as handoff:
+    with _secrets_out_of_environ(), _handoff(planned, extra) as handoff:
+        # the handoff's path, and its key file's in the environment (never an inherited one)
+        env[planning.KEY_ENV] = ""
         if handoff:
-            extra["glmops_plan_handoff"] = handoff
+            extra["glmops_plan_handoff"], env[planning.KEY_ENV] = handoff
         r = ansible_runner.run(
             private_data_dir=str(rundir),
             project_dir=str(REPO),
@@ -280,21 +284,19 @@ def run(
 
 
 @contextlib.contextmanager
-def _handoff(planned: planning.Planned | None):
-    """The path of ``planned``'s handoff (:func:`glmops.planning.handoff`: env files, so
-    secrets) as a 0600 file in a 0700 temporary directory, removed when the run ends; None
-    without a Plan."""
+def _handoff(planned: planning.Planned | None, run_extravars: dict[str, Any] | None = None):
+    """(handoff path, key path) of ``planned``'s authenticated handoff
+    (:func:`glmops.planning.write_handoff`: env files, so secrets; its digest covers
+    ``run_extravars``, the run's own extra vars, as the plan play sees them): 0600 files in a
+    0700 temporary directory, removed when the run ends; None without a Plan. The key file's
+    path goes to ansible-playbook in the environment (``planning.KEY_ENV``), never the key."""
     if planned is None:
         yield None
         return
     tdir = tempfile.mkdtemp(prefix="glmops-plan-")
     try:
         os.chmod(tdir, 0o700)
-        path = os.path.join(tdir, "plan.json")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(planning.handoff(planned), fh)
-        yield path
+        yield planning.write_handoff(tdir, planned, run_extravars)
     finally:
         shutil.rmtree(tdir, ignore_errors=True)
 

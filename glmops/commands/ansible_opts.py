@@ -10,7 +10,9 @@ shares, spelled as ``ansible-playbook`` spells them:
 The decorator takes these out of the command's keyword arguments and makes them
 ``glmops.ansible_options.current()`` while the command runs, so the controller-side read
 (``glmops.inventory.load_deployment``) and the playbook run (``glmops.runner.run``) both see
-them; the command's own signature does not change. A prompted password goes to a 0600 file
+them; the command's own signature does not change. A run-control variable
+(``glmops.inventory.RUN_VARIABLES``, e.g. ``glmops_plan_handoff``) in ``-e`` exits 2 naming it,
+before the command runs (``glmops.planning.refuse_run_variables``). A prompted password goes to a 0600 file
 in a 0700 temporary directory (removed when the command ends): only its path reaches argv.
 """
 from __future__ import annotations
@@ -52,7 +54,11 @@ def ansible_options(fn, short_e: bool = True):
             ids = tuple(f"{vid.split('@', 1)[0]}@{_password_file(tmpdir, vid.split('@', 1)[0])}"
                         if vid.endswith("@prompt") or vid == "prompt" else vid for vid in ids)
             files = tuple(files) + ((_password_file(tmpdir, ""),) if ask else ())
-            with using(AnsibleOptions(extra_vars=tuple(extra), vault_ids=ids, vault_password_files=files)):
+            with using(AnsibleOptions(extra_vars=tuple(extra), vault_ids=ids, vault_password_files=files)) as opts:
+                if extra:  # a run-control variable (glmops_plan_handoff, ...) in -e: exit 2, before any run
+                    from glmops.planning import refuse_run_variables
+
+                    refuse_run_variables(opts)
                 return fn(*args, **kwargs)
         finally:
             if tmpdir:

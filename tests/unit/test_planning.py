@@ -4,7 +4,6 @@ Plan once per run and hands it to its playbook's plan play (``glmops_plan_handof
 from __future__ import annotations
 
 import ast
-import json
 import shutil
 from pathlib import Path
 
@@ -88,18 +87,25 @@ def _builds(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.mark.parametrize("argv", [["deploy"], ["serve"], ["download"]])
+@pytest.mark.parametrize("argv", [["deploy"], ["serve"], ["download"],
+                                  ["serve", "-e", "glmops_served_model_name=from-e", "--topology", "agg"],
+                                  ["download", "-e", '{"glmops_served_model_name": "from-e"}']])
 def test_a_run_builds_the_plan_once(tmp_path, monkeypatch, argv):
     """deploy: once, in its run's plan play (the smoke checks after it take the run's target);
-    serve, download: once on the controller, handed to the plan play (which does not plan)."""
+    serve, download: once on the controller, handed to the plan play (which does not plan), also
+    with -e (the plan play's digest of the run's -e, the operator's and the runner's, is the CLI's)."""
     builds = tmp_path / "builds"
     monkeypatch.setenv(planning.BUILDS_ENV, str(builds))
     monkeypatch.setenv("GLMOPS_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.chdir(REPO)
     _plan_play_only(monkeypatch)
+    key = bytes(range(32))  # the run's handoff key: in no file of the run dir
+    monkeypatch.setattr(planning.secrets, "token_bytes", lambda n: key)
     res = CliRunner().invoke(main, [*argv, "-i", "inventories/lab"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert len(_builds(builds)) == 1, _builds(builds)
+    for f in (tmp_path / "runs").rglob("*"):
+        assert not f.is_file() or key.hex().encode() not in f.read_bytes(), f
     if argv == ["deploy"]:  # planned inside the run, not by the CLI process
         import os
 
@@ -110,8 +116,10 @@ def test_plan_play_plans_again_when_the_inventory_changed_after_the_handoff(tmp_
     inv = tmp_path / "lab"
     shutil.copytree(REPO / "inventories" / "lab", inv)
     planned = planning.load(str(inv), "agg")
-    handoff = tmp_path / "plan.json"
-    handoff.write_text(json.dumps(planning.handoff(planned)))
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    handoff, key = planning.write_handoff(str(private), planned)  # as glmops.runner writes it
+    monkeypatch.setenv(planning.KEY_ENV, key)
     assert planning.take_handoff(str(handoff), str(inv), None, None) is not None
     assert planning.take_handoff(str(handoff), str(inv), "agg", None) is not None
     assert planning.take_handoff(str(handoff), str(inv), "disagg", None) is None  # another topology

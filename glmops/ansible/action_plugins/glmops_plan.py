@@ -6,9 +6,10 @@ does. Use it in the first play (``hosts: localhost``, ``gather_facts: false``): 
 reads the inventory the play runs with and plans through ``glmops.planning.load`` (the one
 door: rules, ``glmops.plan.build``, the plan's checks), and renders every file with
 ``glmops.render``. No host is contacted. When the CLI already planned this run it hands the
-Plan over (``handoff``): the plugin then only checks that it was planned from the same
-inventory, catalog, topology and overrides (``glmops.planning.take_handoff``) and plans
-again only when it was not.
+Plan over (``handoff``): the plugin then only checks that it is this run's (an HMAC with the
+run's key, ``GLMOPS_PLAN_HANDOFF_KEY_FILE``), well-formed and planned from the same inventory,
+catalog, topology, overrides and ``-e`` (``glmops.planning.take_handoff``) and plans again,
+printing one line why, when it is not.
 
 Options:
   inventory: path of the inventory (default: the play's first inventory source)
@@ -42,10 +43,13 @@ from dataclasses import asdict
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from glmops import planning
 from glmops.inventory import play_inventory
 from glmops.model import ValidationError
+
+display = Display()
 
 
 class ActionModule(ActionBase):
@@ -68,7 +72,14 @@ class ActionModule(ActionBase):
         topology = self._task.args.get("topology") or None
         overrides = self._task.args.get("overrides") or None
         want_needs = bool(self._task.args.get("precheck_needs", True))
-        handed = planning.take_handoff(self._task.args.get("handoff"), inventory, topology, overrides)
+        handed = None
+        if self._task.args.get("handoff"):
+            extra = planning.play_extra_vars(self._loader)  # this run's -e, as the CLI's digest saw them
+            if extra is None:
+                display.warning("glmops: not using the plan handoff: this run's -e cannot be parsed; planning here")
+            else:  # None unless authenticated, well-formed and planned from these inputs (one line why)
+                handed = planning.take_handoff(self._task.args["handoff"], inventory, topology, overrides, extra,
+                                               say=display.warning)
         if handed is not None:  # the CLI planned this run from the same inputs: no second Plan
             view, needs, smoke_target = handed["plan"], handed["precheck_needs"], handed["smoke_target"]
         else:

@@ -28,20 +28,24 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from glmops import hostread, planning, prechecks
 from glmops.inventory import play_inventory
 
+display = Display()
 _PLAN_CACHE: dict = {}
 
 
-def _deployment_needs(inventory: str, host: str, topology: str | None = None, handoff: str | None = None) -> dict:
+def _deployment_needs(inventory: str, host: str, topology: str | None = None, handoff: str | None = None,
+                      extra_vars: dict | None = None) -> dict:
     """needs_for_deployment of the inventory (``topology``: the run's ``glmops_topology``
     override, as deploy plans it): the CLI's handoff when it matches, else planned
     (``glmops.planning.load``), cached per inventory path, mtime and topology."""
     key = (inventory, os.path.getmtime(inventory), topology)
     if key not in _PLAN_CACHE:
-        handed = planning.take_handoff(handoff, inventory, topology, None)
+        handed = planning.take_handoff(handoff, inventory, topology, None, extra_vars, say=display.warning) \
+            if handoff and extra_vars is not None else None
         _PLAN_CACHE[key] = (handed["precheck_needs"] if handed and isinstance(handed.get("precheck_needs"), dict)
                             else planning.load(inventory, topology).precheck_needs())
     return _PLAN_CACHE[key].get(host, {})
@@ -66,8 +70,9 @@ class ActionModule(ActionBase):
             planned = None
             if inventory:
                 try:
-                    planned = _deployment_needs(inventory, host, task_vars.get("glmops_topology") or None,
-                                                self._task.args.get("handoff") or None)
+                    handoff = self._task.args.get("handoff") or None
+                    planned = _deployment_needs(inventory, host, task_vars.get("glmops_topology") or None, handoff,
+                                                planning.play_extra_vars(self._loader) if handoff else None)
                 except Exception as exc:  # the deployment's own problems are validate's job
                     raise AnsibleActionFail(
                         f"glmops_prechecks: cannot plan the deployment in {inventory} "
