@@ -651,27 +651,9 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
         before = set(_client_complete(local_dir, manifest))
         os.makedirs(local_dir, exist_ok=True)
         result["stale_partial_bytes"] = remove_stale_partials(local_dir)
-        with ProgressWriter(progress_file, local_dir, manifest) as progress:
-            def on_stall(stall: dict[str, Any], stalls: list[dict[str, Any]], plain_http: bool) -> None:
-                # a new dict, not an update: the writer thread may be reading the old one
-                progress.extra = {**progress.extra, "stalls": list(stalls), "plain_http": plain_http,
-                                  "stalled": stall_text(stall, plain_http)}
-                progress.write("running")
-
-            try:
-                fetched = fetch_files(repo, manifest, local_dir, endpoint, token, max_workers, stall_timeout_s,
-                                      stall_fallback_after, stall_max, on_stall=on_stall, skip=before)
-            except CheckpointError as exc:
-                progress.write("failed", error=exc.message)
-                raise
-            result.update(fetched)
-            progress.write("verifying")
-            try:
-                records = verify(local_dir, manifest)
-            except CheckpointError as exc:
-                progress.write("failed", error=exc.message)
-                raise
-            progress.write("done")
+        fetched, records = _fetch_verified(repo, manifest, local_dir, before, progress_file, endpoint, token,
+                                           max_workers, (stall_timeout_s, stall_fallback_after, stall_max))
+        result.update(fetched)
         result["fetched"] = [f.path for f in manifest.files if f.path not in before]
         result["complete_before"] = sorted(before)
         if owner or group:
@@ -681,6 +663,36 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
             write_marker(mpath, manifest, local_dir, records)
         result.update(changed=True, verified=True, seconds=round(time.monotonic() - t0, 3))
     return result
+
+
+def _fetch_verified(repo: str, manifest: Manifest, local_dir: str, before: set[str], progress_file: str | None,
+                    endpoint: str | None, token: str | None, max_workers: int,
+                    watchdog: tuple[float, int, int]) -> tuple[dict[str, Any], list]:
+    """:func:`fetch_files` (but ``before``, already complete) then :func:`verify`, reporting to
+    ``progress_file`` (running, each stall, verifying, done or failed). ``watchdog``:
+    ``(stall_timeout_s, stall_fallback_after, stall_max)``. Returns (fetch_files' result,
+    verify's records); raises CheckpointError as they do."""
+    with ProgressWriter(progress_file, local_dir, manifest) as progress:
+        def on_stall(stall: dict[str, Any], stalls: list[dict[str, Any]], plain_http: bool) -> None:
+            # a new dict, not an update: the writer thread may be reading the old one
+            progress.extra = {**progress.extra, "stalls": list(stalls), "plain_http": plain_http,
+                              "stalled": stall_text(stall, plain_http)}
+            progress.write("running")
+
+        try:
+            fetched = fetch_files(repo, manifest, local_dir, endpoint, token, max_workers, *watchdog,
+                                  on_stall=on_stall, skip=before)
+        except CheckpointError as exc:
+            progress.write("failed", error=exc.message)
+            raise
+        progress.write("verifying")
+        try:
+            records = verify(local_dir, manifest)
+        except CheckpointError as exc:
+            progress.write("failed", error=exc.message)
+            raise
+        progress.write("done")
+    return fetched, records
 
 
 def remove_stale_partials(local_dir: str) -> int:
@@ -907,12 +919,7 @@ def fetch_files(repo: str, manifest: Manifest, local_dir: str, endpoint: str | N
                     continue
                 t.kill()
                 running.remove(t)
-                _remove_partials(local_dir, t.file.path)
-                size = max(t.bytes, 0)
-                stall = {"path": t.file.path, "bytes": size, "size": t.file.size,
-                         "percent": round(100.0 * size / t.file.size, 1) if t.file.size else 0.0,
-                         "seconds": round(now - t.moved_at, 1), "attempt": t.attempt,
-                         "transfer": "http" if t.plain_http else "default"}
+                stall = _stopped(t, local_dir, now)
                 stalls.append(stall)
                 plain_http = plain_http or len(stalls) >= stall_fallback_after
                 if on_stall:
@@ -931,13 +938,30 @@ def fetch_files(repo: str, manifest: Manifest, local_dir: str, endpoint: str | N
         for t in running:
             t.kill()
     if errors:
-        named = [p for p, _ in errors]
-        text = "; ".join(f"{p}: {e}" for p, e in errors)
-        if token:
-            text = text.replace(token, "***")
-        raise CheckpointError("HUB", f"download of {repo}@{manifest.commit} failed ({text}); unfinished: "
-                              f"{', '.join(named)}; run again to resume", files=named)
+        raise _hub_failure(repo, manifest.commit, errors, token)
     return {"stalls": stalls, "plain_http": plain_http}
+
+
+def _stopped(t: _Transfer, local_dir: str, now: float) -> dict[str, Any]:
+    """Remove the partial of the stalled (killed) transfer ``t`` and return the stall
+    ``{path, bytes, size, percent, seconds, attempt, transfer}`` (``now``: time.monotonic())."""
+    _remove_partials(local_dir, t.file.path)
+    size = max(t.bytes, 0)
+    return {"path": t.file.path, "bytes": size, "size": t.file.size,
+            "percent": round(100.0 * size / t.file.size, 1) if t.file.size else 0.0,
+            "seconds": round(now - t.moved_at, 1), "attempt": t.attempt,
+            "transfer": "http" if t.plain_http else "default"}
+
+
+def _hub_failure(repo: str, commit: str, errors: list[tuple[str, str]], token: str | None) -> CheckpointError:
+    """The HUB error naming every transfer that failed (``errors``: (path, message)), the
+    token masked."""
+    named = [p for p, _ in errors]
+    text = "; ".join(f"{p}: {e}" for p, e in errors)
+    if token:
+        text = text.replace(token, "***")
+    return CheckpointError("HUB", f"download of {repo}@{commit} failed ({text}); unfinished: "
+                           f"{', '.join(named)}; run again to resume", files=named)
 
 
 def stall_text(stall: dict[str, Any], plain_http: bool) -> str:

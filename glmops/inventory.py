@@ -830,139 +830,206 @@ def _guarded(inventory_path: Any, topology: str | None, overrides: dict[str, Any
             "fix the YAML of group_vars/ and host_vars/ files (each must be a mapping)")]) from None
 
 
+class _Load:
+    """What the steps of :func:`_load_deployment` share: the parsed inventory (``inventory``,
+    ``vars_of``), the reader that collects problems and sources (``r``), the hosts by role
+    (``all_hosts``, ``workers``, ``first`` worker, ``routers`` names), and what the earlier steps
+    found: the resolved (``raw``) and typed (``v``) variables, ``secret_values``, the catalog
+    entries they name, the topology and the catalog ``layout`` used, if any."""
+
+    model_key: str
+    variant_key: str
+    variant: dict
+    engine_key: str
+    engine: dict
+    hardware_key: str
+    hardware: dict
+    topo: str
+    inv_dir: str
+
+    def __init__(self, path: str, hostvars: Any) -> None:
+        from glmops import catalog as catalog_mod
+
+        self.cat = catalog_mod.load()
+        self.path = path
+        self.inventory, loader = _parse(path)
+        self.root = _display_path(path)
+        self.vars_of = _Vars(self.inventory, loader, self.root, hostvars)
+        self.r = _Reader()
+        self.all_hosts = list(self.inventory.hosts.values())  # inventory order
+        workers_group = self.inventory.groups.get(WORKERS_GROUP)
+        worker_names = {h.name for h in workers_group.get_hosts()} if workers_group else set()
+        self.workers = [h for h in self.all_hosts if h.name in worker_names] or self.all_hosts
+        routers_group = self.inventory.groups.get(ROUTERS_GROUP)
+        self.routers: list[str] = [h.name for h in routers_group.get_hosts()] if routers_group else []
+        self.first = self.workers[0]
+        _check_groups(self.inventory, self.r, self.root, len(self.all_hosts))
+        self.raw: dict[str, Any] = {}
+        self.v: dict[str, Any] = {}
+        self.secret_values: set[str] = set()
+        self.layout: dict | None = None
+
+    def src(self, name: str) -> str:
+        """Where variable ``name`` was read (``group_vars/all.yml`` when it was not set)."""
+        return self.r.sources.get(name, f"{self.root}/group_vars/all.yml:{name}")
+
+
 def _load_deployment(
     inventory_path: str | os.PathLike[str],
     topology: str | None = None,
     overrides: dict[str, Any] | None = None,
     hostvars: Any = None,
 ) -> Deployment:
-    from glmops import catalog as catalog_mod
+    """The body of :func:`load_deployment` and :func:`deployment_from_hostvars` (same arguments,
+    returns and errors): one step per part of the Deployment over one :class:`_Load`, in the
+    order their problems are reported."""
+    s = _Load(str(inventory_path), hostvars)
+    _read_variables(s, overrides or {})
+    _catalog_entries(s, topology)
+    hosts = _read_hosts(s)
+    pools_raw, router_raw, pools_base, router_base = _topology(s)
+    pools = _read_pools(s, pools_raw, pools_base)
+    router = _read_router(s, router_raw, router_base, hosts)
+    checkpoint = _read_checkpoint(s)
+    monitoring = _read_monitoring(s, router.host, hosts)
+    return _assemble(s, hosts, pools, router, checkpoint, monitoring)
 
-    cat = catalog_mod.load()
-    path = str(inventory_path)
-    inventory, loader = _parse(path)
-    root = _display_path(path)
-    vars_of = _Vars(inventory, loader, root, hostvars)
-    r = _Reader()
 
-    all_hosts = list(inventory.hosts.values())  # inventory order
-    workers_group = inventory.groups.get(WORKERS_GROUP)
-    worker_names = {h.name for h in workers_group.get_hosts()} if workers_group else set()
-    workers = [h for h in all_hosts if h.name in worker_names] or all_hosts
-    routers_group = inventory.groups.get(ROUTERS_GROUP)
-    routers = [h.name for h in routers_group.get_hosts()] if routers_group else []
-    _check_groups(inventory, r, root, len(all_hosts))
-
-    # --- deployment-wide variables: the first worker's view, checked equal on every worker ----
-    first = workers[0]
+def _read_variables(s: _Load, overrides: dict[str, Any]) -> None:
+    """Deployment-wide variables: the first worker's view (``overrides`` winning, then ``-e``),
+    checked equal on every worker. Sets ``s.raw`` (resolved values), ``s.v`` (typed, the default
+    where unset or wrong), ``s.secret_values`` and the module's ``_VAULTED``."""
+    r, vars_of, first = s.r, s.vars_of, s.first
     first_vars = vars_of.of(first)
-    secret_values: set[str] = set()
-    _vaulted({k: val for k, val in first_vars.items() if k not in ("groups", "hostvars")}, secret_values)
-    raw: dict[str, Any] = {}
+    _vaulted({k: val for k, val in first_vars.items() if k not in ("groups", "hostvars")}, s.secret_values)
     for key in first_vars:
         if isinstance(key, str) and key.startswith("glmops_") and key not in HOST_VARIABLES \
                 and key not in RUN_VARIABLES:
             r.sources[key] = vars_of.label(first, key)
-            raw[key] = vars_of.resolve(first, key, first_vars[key], r.sources[key], r)
-    for key, value in (overrides or {}).items():
+            s.raw[key] = vars_of.resolve(first, key, first_vars[key], r.sources[key], r)
+    for key, value in overrides.items():
         name = key if key.startswith("glmops_") else f"glmops_{key}"
-        raw[name] = value
+        s.raw[name] = value
         r.sources[name] = f"--override {name}"
 
-    def src(name: str) -> str:
-        return r.sources.get(name, f"{root}/group_vars/all.yml:{name}")
-
-    _vaulted(raw, secret_values)
+    _vaulted(s.raw, s.secret_values)
     _VAULTED.clear()
-    _VAULTED.update(secret_values)
+    _VAULTED.update(s.secret_values)
 
-    r.unknown_keys(raw, VARIABLES, src, "variable")
+    r.unknown_keys(s.raw, VARIABLES, s.src, "variable")
     _near_misses(first, vars_of, r)
-    for key, value in raw.items():
-        _check_text(value, src(key), r)
-    _check_same_on_workers(workers, vars_of, r, overrides or {})
+    for key, value in s.raw.items():
+        _check_text(value, s.src(key), r)
+    _check_same_on_workers(s.workers, vars_of, r, overrides)
 
-    v: dict[str, Any] = {}
     for name, spec in VARIABLES.items():
-        v[name] = r.typed(raw.get(name), spec, src(name))[1]
+        s.v[name] = r.typed(s.raw.get(name), spec, s.src(name))[1]
 
-    # --- catalog defaults (unknown keys are reported by rules; defaults only when known) -------
-    inv_dir = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    model_key = v["glmops_model"] or ""
-    model = cat.models.get(model_key) or {}
-    variant_key = v["glmops_variant"] or model.get("default_variant") or ""
-    variant = (model.get("variants") or {}).get(variant_key) or {}
-    engine_key = v["glmops_engine"] or ""
-    engine = cat.engines.get(engine_key) or {}
-    hardware_key = v["glmops_hardware"] or ""
-    hardware = cat.hardware.get(hardware_key) or {}
-    topo = topology or v["glmops_topology"] or "agg"
+
+def _catalog_entries(s: _Load, topology: str | None) -> None:
+    """The catalog entries the variables name (an empty mapping for an unknown key: rules.py
+    reports those, and defaults come only from known ones) and the topology (``topology``,
+    the CLI's ``--topology``, wins over ``glmops_topology``)."""
+    v, cat = s.v, s.cat
+    s.inv_dir = s.path if os.path.isdir(s.path) else os.path.dirname(os.path.abspath(s.path))
+    s.model_key = v["glmops_model"] or ""
+    model = cat.models.get(s.model_key) or {}
+    s.variant_key = v["glmops_variant"] or model.get("default_variant") or ""
+    s.variant = (model.get("variants") or {}).get(s.variant_key) or {}
+    s.engine_key = v["glmops_engine"] or ""
+    s.engine = cat.engines.get(s.engine_key) or {}
+    s.hardware_key = v["glmops_hardware"] or ""
+    s.hardware = cat.hardware.get(s.hardware_key) or {}
+    s.topo = topology or v["glmops_topology"] or "agg"
     if topology:
-        r.sources["glmops_topology"] = "--topology"
+        s.r.sources["glmops_topology"] = "--topology"
 
-    # --- hosts ----------------------------------------------------------------------------------
+
+def _read_hosts(s: _Load) -> dict[str, HostSpec]:
+    """Every host of the inventory, in inventory order: name -> HostSpec. A misspelt glmops
+    variable of a host other than the first worker is reported here (the first worker's by
+    :func:`_read_variables`)."""
     hosts: dict[str, HostSpec] = {}
-    default_gpus = list(range(int(hardware.get("gpus_per_node") or 0)))
-    for host in all_hosts:
-        hv = vars_of.of(host)
-        if host is not first:
-            # a typo in another host's vars is as wrong as one in the first worker's (once per file and name)
-            reported = {p.path for p in r.problems}
-            for k in hv:
-                if isinstance(k, str) and k.startswith("glmops_") and k not in VARIABLES and k not in HOST_VARIABLES \
-                        and k not in RUN_VARIABLES:
-                    label = vars_of.label(host, k)
-                    if label not in reported:
-                        reported.add(label)
-                        r.unknown_keys({k: None}, VARIABLES, lambda _k, label=label: label, "variable")
-            _near_misses(host, vars_of, r)
-        spec = HostSpec(name=host.name, address=host.name, hardware=hardware_key,
-                        groups=[g.name for g in host.groups])
-        values = {}
-        for key, hspec in HOST_VARIABLES.items():
-            value = hv.get(key)
-            where = vars_of.label(host, key) if value is not None else f"{root}/host_vars/{host.name}.yml:{key}"
-            if value is not None:
-                r.sources[f"hosts.{host.name}.{key[len('glmops_'):]}"] = where
-                value = vars_of.resolve(host, key, value, where, r)
-            values[key] = r.typed(value, hspec, where)[1]
-        ansible_host = hv.get("ansible_host")
-        if ansible_host is not None:
-            where_host = vars_of.label(host, "ansible_host")
-            ansible_host = vars_of.resolve(host, "ansible_host", ansible_host, where_host, r)
-        if ansible_host is not None and not ADDRESS.match(str(ansible_host)):
-            r.problem("ADDRESS", where_host,
-                      f"ansible_host {str(ansible_host)!r} of host {host.name} is not accepted; accepted: a host name, "
-                      "an IPv4 or an IPv6 address")
-        for key in ("glmops_rdma_devices",):
-            _check_text(values[key], f"hosts.{host.name}.{key}", r)
-        if CONTROL_CHARS.search(host.name) or not host.name.isprintable():
-            r.problem("ADDRESS", f"{root}:{host.name!r}", f"host name {host.name!r} is not printable text; accepted: a host name")
-        elif not ADDRESS.match(host.name):
-            # the name is the SSH target without ansible_host, and a directory of plan --out
-            r.problem("ADDRESS", f"{root}:{host.name}",
-                      f"host name {host.name!r} is not accepted; accepted: a host name, an IPv4 or an IPv6 address "
-                      "(letters, digits, . _ - :, not starting with '-', '.' or '/')",
-                      "rename the host and give its address in ansible_host")
-        if values["glmops_address"]:
-            spec.address = values["glmops_address"]
-        elif ansible_host:
-            spec.address = str(ansible_host)
-        spec.gpus = values["glmops_gpus"] if values["glmops_gpus"] is not None else list(default_gpus)
-        spec.rdma_devices = values["glmops_rdma_devices"] or []
-        spec.vars = {"ansible_host": str(ansible_host)} if ansible_host else {}
-        r.sources[f"hosts.{host.name}"] = f"{_display_path(host.vars.get('inventory_file') or root)}:{host.name}"
-        hosts[host.name] = spec
+    default_gpus = list(range(int(s.hardware.get("gpus_per_node") or 0)))
+    for host in s.all_hosts:
+        if host is not s.first:
+            _host_typos(s, host)
+        hosts[host.name] = _read_host(s, host, default_gpus)
+    return hosts
 
-    # --- pools and router -----------------------------------------------------------------------
+
+def _host_typos(s: _Load, host: Any) -> None:
+    """A typo in ``host``'s vars is as wrong as one in the first worker's: UNKNOWN_KEY for each
+    ``glmops_`` name that is no variable, and near misses (once per file and name)."""
+    r, vars_of = s.r, s.vars_of
+    reported = {p.path for p in r.problems}
+    for k in vars_of.of(host):
+        if isinstance(k, str) and k.startswith("glmops_") and k not in VARIABLES and k not in HOST_VARIABLES \
+                and k not in RUN_VARIABLES:
+            label = vars_of.label(host, k)
+            if label not in reported:
+                reported.add(label)
+                r.unknown_keys({k: None}, VARIABLES, lambda _k, label=label: label, "variable")
+    _near_misses(host, vars_of, r)
+
+
+def _read_host(s: _Load, host: Any, default_gpus: list[int]) -> HostSpec:
+    """``host``'s HostSpec from its host variables (``glmops_address``, ``glmops_gpus`` defaulting
+    to ``default_gpus``, ``glmops_rdma_devices``) and ``ansible_host``; a host name or address
+    that is not one is an ADDRESS problem."""
+    r, vars_of, root = s.r, s.vars_of, s.root
+    hv = vars_of.of(host)
+    spec = HostSpec(name=host.name, address=host.name, hardware=s.hardware_key,
+                    groups=[g.name for g in host.groups])
+    values = {}
+    for key, hspec in HOST_VARIABLES.items():
+        value = hv.get(key)
+        where = vars_of.label(host, key) if value is not None else f"{root}/host_vars/{host.name}.yml:{key}"
+        if value is not None:
+            r.sources[f"hosts.{host.name}.{key[len('glmops_'):]}"] = where
+            value = vars_of.resolve(host, key, value, where, r)
+        values[key] = r.typed(value, hspec, where)[1]
+    ansible_host = hv.get("ansible_host")
+    if ansible_host is not None:
+        where_host = vars_of.label(host, "ansible_host")
+        ansible_host = vars_of.resolve(host, "ansible_host", ansible_host, where_host, r)
+    if ansible_host is not None and not ADDRESS.match(str(ansible_host)):
+        r.problem("ADDRESS", where_host,
+                  f"ansible_host {str(ansible_host)!r} of host {host.name} is not accepted; accepted: a host name, "
+                  "an IPv4 or an IPv6 address")
+    for key in ("glmops_rdma_devices",):
+        _check_text(values[key], f"hosts.{host.name}.{key}", r)
+    if CONTROL_CHARS.search(host.name) or not host.name.isprintable():
+        r.problem("ADDRESS", f"{root}:{host.name!r}", f"host name {host.name!r} is not printable text; accepted: a host name")
+    elif not ADDRESS.match(host.name):
+        # the name is the SSH target without ansible_host, and a directory of plan --out
+        r.problem("ADDRESS", f"{root}:{host.name}",
+                  f"host name {host.name!r} is not accepted; accepted: a host name, an IPv4 or an IPv6 address "
+                  "(letters, digits, . _ - :, not starting with '-', '.' or '/')",
+                  "rename the host and give its address in ansible_host")
+    if values["glmops_address"]:
+        spec.address = values["glmops_address"]
+    elif ansible_host:
+        spec.address = str(ansible_host)
+    spec.gpus = values["glmops_gpus"] if values["glmops_gpus"] is not None else list(default_gpus)
+    spec.rdma_devices = values["glmops_rdma_devices"] or []
+    spec.vars = {"ansible_host": str(ansible_host)} if ansible_host else {}
+    r.sources[f"hosts.{host.name}"] = f"{_display_path(host.vars.get('inventory_file') or root)}:{host.name}"
+    return spec
+
+
+def _topology(s: _Load) -> tuple[Any, Any, str, str]:
+    """The chosen topology's raw ``pools`` and ``router``: from ``glmops_topologies.<topology>``,
+    else the catalog layout for the engine, hardware, topology and model (set as ``s.layout``;
+    a Dynamo deployment without one of its own takes its backend's). Returns
+    ``(pools_raw, router_raw, pools_base, router_base)``, the bases being the paths problems name;
+    ``pools_raw`` is not yet checked to be a mapping, ``router_raw`` is ``{}`` when unset."""
+    r, v, topo = s.r, s.v, s.topo
     topologies = v["glmops_topologies"] or {}
     # a misspelled topology name (disag:) would be ignored silently and the catalog layout used
     r.unknown_keys(topologies, VARIABLES["glmops_topology"].choices or (),
-                   lambda k: f"{src('glmops_topologies')}.{k}", "topology")
-    topo_path = f"{src('glmops_topologies')}.{topo}"
-    pools: list[PoolSpec] = []
-    router = RouterSpec()
-    layout = None
+                   lambda k: f"{s.src('glmops_topologies')}.{k}", "topology")
+    topo_path = f"{s.src('glmops_topologies')}.{topo}"
     tdata = topologies.get(topo)
     if tdata is not None and not isinstance(tdata, dict):
         r.problem("TYPE", topo_path, f"value {tdata!r} is not a mapping; accepted: a mapping with pools and router")
@@ -972,9 +1039,11 @@ def _load_deployment(
     pools_raw, router_raw, base = tdata.get("pools"), tdata.get("router"), topo_path
     router_base = topo_path
     if pools_raw is None:
-        layout = cat.layout(engine_key, hardware_key, topo, model_key) if engine_key and hardware_key else None
+        cat, engine_key, hardware_key = s.cat, s.engine_key, s.hardware_key
+        layout = cat.layout(engine_key, hardware_key, topo, s.model_key) if engine_key and hardware_key else None
         if engine_key == "dynamo" and layout is None and hardware_key:
-            layout = cat.layout(v["glmops_dynamo_backend"] or "vllm", hardware_key, topo, model_key)
+            layout = cat.layout(v["glmops_dynamo_backend"] or "vllm", hardware_key, topo, s.model_key)
+        s.layout = layout
         pools_raw = (layout or {}).get("pools") or {}
         if layout:
             base = f"catalog recipes.yaml:layouts[{layout['id']}]"
@@ -984,44 +1053,67 @@ def _load_deployment(
     router_raw = router_raw if router_raw is not None else {}
     r.sources[f"glmops_topologies.{topo}.pools"] = f"{base}.pools"
     r.sources["pools"] = f"{base}.pools"
+    return pools_raw, router_raw, base, router_base
+
+
+def _read_pools(s: _Load, pools_raw: Any, base: str) -> list[PoolSpec]:
+    """``pools_raw`` (role -> pool mapping, read at ``base``) as PoolSpecs, in its order; a pool
+    with an unknown role or that is no mapping is a problem and left out."""
     if not isinstance(pools_raw, dict):
-        r.problem("TYPE", f"{base}.pools", f"value {pools_raw!r} is not a mapping; accepted: a mapping of role -> pool")
+        s.r.problem("TYPE", f"{base}.pools", f"value {pools_raw!r} is not a mapping; accepted: a mapping of role -> pool")
         pools_raw = {}
+    pools: list[PoolSpec] = []
     for role_raw, pdata in pools_raw.items():
-        role = ROLE_ALIASES.get(role_raw, role_raw)
-        ppath = f"{base}.pools.{role_raw}"
-        if role not in POOL_ROLES:
-            r.problem("UNKNOWN_KEY", ppath, f"unknown pool role {role_raw!r}; accepted: agg, prefill, decode (TensorRT-LLM: context, generation)")
-            continue
-        if not isinstance(pdata, dict):
-            r.problem("TYPE", ppath, f"value {pdata!r} is not a mapping; accepted: a mapping of {', '.join(POOL_KEYS)}")
-            continue
-        r.unknown_keys(pdata, POOL_KEYS, lambda k, p=ppath: f"{p}.{k}", "pool key")
-        fields: dict[str, Any] = {}
-        for key, kspec in POOL_KEYS.items():
-            kpath = f"{ppath}.{key}"
-            value = pdata.get(key)
-            if value is not None:
-                r.sources[f"pools.{role}.{key}"] = kpath
-            fields[key] = r.typed(value, kspec, kpath)[1]
-        for key in ("engine_args", "engine_config", "env"):
-            for sub in fields[key] or {}:
-                r.sources[f"pools.{role}.{key}.{sub}"] = f"{ppath}.{key}.{sub}"
-        r.sources[f"pools.{role}"] = ppath
-        r.sources[f"glmops_topologies.{topo}.pools.{role}"] = ppath
-        pool_hosts = _expand_hosts(fields["hosts"] or [], inventory, r, f"{ppath}.hosts")
-        spec_pool = PoolSpec(
-            role=role,  # type: ignore[arg-type]
-            tp=fields["tp"], pp=fields["pp"], ep=fields["ep"], dp=fields["dp"],
-            attention_dp=fields["attention_dp"], replicas=fields["replicas"],
-            hosts=pool_hosts, gpus=fields["gpus"] or [], port=fields["port"],
-            engine_args=fields["engine_args"] or {}, engine_config=fields["engine_config"] or {},
-            env=_env(fields["env"] or {}, r, f"{ppath}.env"),
-            speculative=fields["speculative"] if fields["speculative"] is not None else v["glmops_speculative"],
-        )
-        if fields["speculative"] is None and v["glmops_speculative"] is not None:
-            r.sources[f"pools.{role}.speculative"] = src("glmops_speculative")
-        pools.append(spec_pool)
+        pool = _read_pool(s, role_raw, pdata, f"{base}.pools.{role_raw}")
+        if pool is not None:
+            pools.append(pool)
+    return pools
+
+
+def _read_pool(s: _Load, role_raw: Any, pdata: Any, ppath: str) -> PoolSpec | None:
+    """One pool (``role_raw`` may be a TensorRT-LLM alias) read at ``ppath``, or None when its
+    role is unknown or ``pdata`` is not a mapping (a problem either way). ``speculative``
+    defaults to ``glmops_speculative``."""
+    r, v, topo = s.r, s.v, s.topo
+    role = ROLE_ALIASES.get(role_raw, role_raw)
+    if role not in POOL_ROLES:
+        r.problem("UNKNOWN_KEY", ppath, f"unknown pool role {role_raw!r}; accepted: agg, prefill, decode (TensorRT-LLM: context, generation)")
+        return None
+    if not isinstance(pdata, dict):
+        r.problem("TYPE", ppath, f"value {pdata!r} is not a mapping; accepted: a mapping of {', '.join(POOL_KEYS)}")
+        return None
+    r.unknown_keys(pdata, POOL_KEYS, lambda k, p=ppath: f"{p}.{k}", "pool key")
+    fields: dict[str, Any] = {}
+    for key, kspec in POOL_KEYS.items():
+        kpath = f"{ppath}.{key}"
+        value = pdata.get(key)
+        if value is not None:
+            r.sources[f"pools.{role}.{key}"] = kpath
+        fields[key] = r.typed(value, kspec, kpath)[1]
+    for key in ("engine_args", "engine_config", "env"):
+        for sub in fields[key] or {}:
+            r.sources[f"pools.{role}.{key}.{sub}"] = f"{ppath}.{key}.{sub}"
+    r.sources[f"pools.{role}"] = ppath
+    r.sources[f"glmops_topologies.{topo}.pools.{role}"] = ppath
+    pool_hosts = _expand_hosts(fields["hosts"] or [], s.inventory, r, f"{ppath}.hosts")
+    spec_pool = PoolSpec(
+        role=role,  # type: ignore[arg-type]
+        tp=fields["tp"], pp=fields["pp"], ep=fields["ep"], dp=fields["dp"],
+        attention_dp=fields["attention_dp"], replicas=fields["replicas"],
+        hosts=pool_hosts, gpus=fields["gpus"] or [], port=fields["port"],
+        engine_args=fields["engine_args"] or {}, engine_config=fields["engine_config"] or {},
+        env=_env(fields["env"] or {}, r, f"{ppath}.env"),
+        speculative=fields["speculative"] if fields["speculative"] is not None else v["glmops_speculative"],
+    )
+    if fields["speculative"] is None and v["glmops_speculative"] is not None:
+        r.sources[f"pools.{role}.speculative"] = s.src("glmops_speculative")
+    return spec_pool
+
+
+def _read_router(s: _Load, router_raw: Any, router_base: str, hosts: dict[str, HostSpec]) -> RouterSpec:
+    """The front door from ``router_raw`` (read at ``router_base``); its host defaults to the
+    first router host, else the first worker, and must be one of ``hosts`` (UNKNOWN_HOST)."""
+    r = s.r
     if not isinstance(router_raw, dict):
         r.problem("TYPE", f"{router_base}.router", f"value {router_raw!r} is not a mapping; accepted: a mapping of {', '.join(ROUTER_KEYS)}")
         router_raw = {}
@@ -1034,14 +1126,20 @@ def _load_deployment(
         rf[key] = r.typed(router_raw.get(key), kspec, f"{router_base}.router.{key}")[1]
     router = RouterSpec(kind=rf["kind"], host=rf["host"], port=rf["port"], policy=rf["policy"], args=rf["args"] or {})
     if not router.host:
-        router.host = routers[0] if routers else workers[0].name
+        router.host = s.routers[0] if s.routers else s.workers[0].name
     elif router.host not in hosts:
         r.problem("UNKNOWN_HOST", f"{router_base}.router.host",
                   f"router host {router.host!r} is not in the inventory; accepted: {', '.join(list(hosts)[:10])}")
+    return router
 
-    # --- checkpoint -----------------------------------------------------------------------------
-    ck_raw = v["glmops_checkpoint"] or {}
-    ck_path = src("glmops_checkpoint")
+
+def _read_checkpoint(s: _Load) -> CheckpointSpec:
+    """``glmops_checkpoint`` over the catalog variant's repo, revision and size: the weights'
+    ``local_dir`` is ``<model_dir>/<repo>[/<revision>]``, which must stay below ``model_dir``
+    (PATH)."""
+    r, variant = s.r, s.variant
+    ck_raw = s.v["glmops_checkpoint"] or {}
+    ck_path = s.src("glmops_checkpoint")
     r.unknown_keys(ck_raw, CHECKPOINT_KEYS, lambda k: f"{ck_path}.{k}", "checkpoint key")
     ck: dict[str, Any] = {}
     for key, kspec in CHECKPOINT_KEYS.items():
@@ -1056,42 +1154,53 @@ def _load_deployment(
         r.problem("PATH", f"{ck_path}.repo",
                   f"checkpoint directory {local_dir!r} (model_dir/repo/revision) is not below model_dir {model_dir!r}; "
                   "accepted: a repo id and revision without '..' or '.' segments")
-    checkpoint = CheckpointSpec(
+    return CheckpointSpec(
         repo=repo, revision=revision, model_dir=model_dir, local_dir=local_dir,
         size_gib=float(variant.get("weight_gib") or 0.0), allow_patterns=ck["allow_patterns"] or [],
         mode=ck["mode"], offline=ck["offline"],
     )
 
-    # --- monitoring (glmops.monitoring) ------------------------------------------------------------
-    mon_raw = v["glmops_monitoring"] or {}
-    mon_path = src("glmops_monitoring")
+
+def _read_monitoring(s: _Load, router_host: str, hosts: dict[str, HostSpec]) -> dict[str, Any]:
+    """``glmops_monitoring`` (glmops.monitoring) with every key typed; its host defaults to
+    ``router_host`` and must be one of ``hosts`` (UNKNOWN_HOST)."""
+    r = s.r
+    mon_raw = s.v["glmops_monitoring"] or {}
+    mon_path = s.src("glmops_monitoring")
     r.unknown_keys(mon_raw, MONITORING_KEYS, lambda k: f"{mon_path}.{k}", "monitoring key")
     monitoring: dict[str, Any] = {}
     for key, kspec in MONITORING_KEYS.items():
         monitoring[key] = r.typed(mon_raw.get(key), kspec, f"{mon_path}.{key}")[1]
     if not monitoring["host"]:
-        monitoring["host"] = router.host
+        monitoring["host"] = router_host
     elif monitoring["host"] not in hosts:
         r.problem("UNKNOWN_HOST", f"{mon_path}.host",
                   f"monitoring host {monitoring['host']!r} is not in the inventory; accepted: {', '.join(list(hosts)[:10])}")
+    return monitoring
 
-    served = v["glmops_served_model_name"] or variant.get("served_model_name") or repo
-    engine_version = v["glmops_engine_version"] or str(engine.get("version") or "")
-    name = v["glmops_deployment"] or os.path.basename(os.path.abspath(inv_dir)) or "glm"
+
+def _assemble(s: _Load, hosts: dict[str, HostSpec], pools: list[PoolSpec], router: RouterSpec,
+              checkpoint: CheckpointSpec, monitoring: dict[str, Any]) -> Deployment:
+    """The Deployment from the parts the other steps read and the typed variables, with
+    ``sources`` completed for the Deployment's own field names."""
+    r, v = s.r, s.v
+    served = v["glmops_served_model_name"] or s.variant.get("served_model_name") or checkpoint.repo
+    engine_version = v["glmops_engine_version"] or str(s.engine.get("version") or "")
+    name = v["glmops_deployment"] or os.path.basename(os.path.abspath(s.inv_dir)) or "glm"
     for field_name, var in _FIELD_VARS.items():
         if var in r.sources:
             r.sources[field_name] = r.sources[var]
     for key in ("engine_args", "engine_config", "env"):
         for sub in v[f"glmops_{key}"] or {}:
-            r.sources[f"{key}.{sub}"] = f"{src('glmops_' + key)}.{sub}"
+            r.sources[f"{key}.{sub}"] = f"{s.src('glmops_' + key)}.{sub}"
 
-    dep = Deployment(
+    return Deployment(
         name=name,
-        model=model_key,
-        variant=variant_key,
-        engine=engine_key,
-        topology=topo,  # type: ignore[arg-type]
-        hardware=hardware_key,
+        model=s.model_key,
+        variant=s.variant_key,
+        engine=s.engine_key,
+        topology=s.topo,  # type: ignore[arg-type]
+        hardware=s.hardware_key,
         runtime=v["glmops_runtime"],
         hosts=hosts,
         pools=pools,
@@ -1107,7 +1216,7 @@ def _load_deployment(
         speculative=v["glmops_speculative"],
         engine_args=v["glmops_engine_args"] or {},
         engine_config=v["glmops_engine_config"] or {},
-        env=_env(v["glmops_env"] or {}, r, src("glmops_env")),
+        env=_env(v["glmops_env"] or {}, r, s.src("glmops_env")),
         service_user=v["glmops_service_user"],
         state_dir=v["glmops_state_dir"],
         config_dir=v["glmops_config_dir"],
@@ -1115,24 +1224,23 @@ def _load_deployment(
         readiness_timeout_s=v["glmops_readiness_timeout_s"],
         sources=r.sources,
         problems=r.problems,
-        inventory_path=root,
-        inventory_dir=_display_path(inv_dir),
-        worker_hosts=[h.name for h in workers],
-        router_hosts=routers,
+        inventory_path=s.root,
+        inventory_dir=_display_path(s.inv_dir),
+        worker_hosts=[h.name for h in s.workers],
+        router_hosts=s.routers,
         dynamo_backend=v["glmops_dynamo_backend"],
-        dynamo_etcd_hosts=_expand_hosts(v["glmops_dynamo_etcd_hosts"] or [], inventory, r,
-                                           src("glmops_dynamo_etcd_hosts")),
+        dynamo_etcd_hosts=_expand_hosts(v["glmops_dynamo_etcd_hosts"] or [], s.inventory, r,
+                                        s.src("glmops_dynamo_etcd_hosts")),
         dynamo_request_plane=v["glmops_dynamo_request_plane"],
         dynamo_event_plane=v["glmops_dynamo_event_plane"],
         image=v["glmops_image"],
         pip_extra=v["glmops_pip_extra"] or [],
-        layout=(layout or {}).get("id"),
+        layout=(s.layout or {}).get("id"),
         monitoring=monitoring,
-        raw_variables=sorted(raw),
+        raw_variables=sorted(s.raw),
         # plain values read from Ansible Vault: secret by value wherever they land
-        secret_values=secret_values,
+        secret_values=s.secret_values,
     )
-    return dep
 
 
 # Deployment field -> variable, for ``sources``.

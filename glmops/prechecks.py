@@ -322,185 +322,26 @@ def evaluate(host: str, facts: dict[str, Any], needs: dict[str, Any]) -> list[di
     """
     results: list[dict[str, Any]] = []
     add = results.append
-
-    # OS
-    if needs.get("os"):
-        os_ = facts.get("os") or {}
-        found = f"{os_.get('id', '?')} {os_.get('version_id', '?')}"
-        if found in needs["os"]:
-            add(_ok("os", found, needs["os"]))
-        else:
-            add(_fail(host, "os", found, " | ".join(needs["os"]), "unsupported operating system"))
-
     vendor = needs.get("gpu_vendor")
     gpu = facts.get("gpu") or {}
-    gpus = gpu.get("gpus") or []
+    if needs.get("os"):
+        _os_release(host, facts.get("os") or {}, needs["os"], add)
     if vendor in ("nvidia", "amd"):
-        tool = "nvidia-smi" if vendor == "nvidia" else "rocm-smi"
-        if gpu.get("error"):
-            add(_fail(host, "gpu_count", f"{tool} failed: {gpu['error']}", needs.get("gpu_count"),
-                      f"cannot list GPUs with {tool}"))
-        else:
-            want = needs.get("gpu_count")
-            if want is not None:
-                if len(gpus) == want:
-                    add(_ok("gpu_count", len(gpus), want))
-                else:
-                    add(_fail(host, "gpu_count", len(gpus), want, "wrong GPU count"))
-            indices = {int(g.get("index", i)) for i, g in enumerate(gpus)}
-            missing = [i for i in needs.get("gpu_indices") or [] if i not in indices]
-            if needs.get("gpu_indices"):
-                if missing:
-                    add(_fail(host, "gpu_indices", sorted(indices), needs["gpu_indices"],
-                              f"glmops_gpus names GPUs {missing} the host does not have"))
-                else:
-                    add(_ok("gpu_indices", sorted(indices), needs["gpu_indices"]))
-            name = needs.get("gpu_name")
-            if name:
-                names = sorted({str(g.get("name", "")) for g in gpus})
-                pattern = re.compile(r"(?<![A-Za-z0-9])" + re.escape(name) + r"(?![A-Za-z0-9])", re.I)
-                wrong = [n for n in names if not pattern.search(n)]
-                if gpus and not wrong:
-                    add(_ok("gpu_model", names, name))
-                elif gpus:
-                    add(_fail(host, "gpu_model", ", ".join(names), name, "GPU model differs from the inventory"))
-
+        _gpus(host, gpu, needs, "nvidia-smi" if vendor == "nvidia" else "rocm-smi", add)
     if vendor == "nvidia" and not gpu.get("error"):
-        loaded = gpu.get("driver_version") or ""
-        dmin = needs.get("driver_min")
-        if dmin:
-            branch = _branch(loaded)
-            if branch is not None and branch >= int(dmin):
-                add(_ok("driver", loaded, f">= {dmin}"))
-            else:
-                add(_fail(host, "driver", loaded or "none", f">= {dmin}",
-                          f"NVIDIA driver {loaded or '(none)'} is below the minimum branch {dmin}"))
-        packages = facts.get("packages") or {}
-        installed = _pkg_version(packages, "nvidia-driver")
-        if installed and loaded and installed[1] != loaded:
-            add(_fail(host, "driver_loaded", loaded, installed[1],
-                      f"running driver {loaded} differs from installed {installed[0]} {installed[1]}: "
-                      "reboot pending"))
-        elif installed:
-            add(_ok("driver_loaded", loaded, installed[1]))
-        if needs.get("nvswitch"):
-            fm = _pkg_version(packages, "nvidia-fabricmanager")
-            if fm is None:
-                add(_fail(host, "fabricmanager_version", "not installed", loaded,
-                          "nvidia-fabricmanager is not installed on an NVSwitch system"))
-            elif fm[1] != loaded:
-                add(_fail(host, "fabricmanager_version", f"{fm[0]} {fm[1]}", f"driver {loaded}",
-                          f"fabric manager {fm[1]} differs from driver {loaded}; "
-                          "they must be the same version"))
-            else:
-                add(_ok("fabricmanager_version", fm[1], loaded))
-            state = (facts.get("services") or {}).get("nvidia-fabricmanager", "unknown")
-            if state == "active":
-                add(_ok("fabricmanager_active", state, "active"))
-            else:
-                add(_fail(host, "fabricmanager_active", state, "active",
-                          "nvidia-fabricmanager.service is not active"))
-            states = sorted({str(s) for s in (facts.get("fabric") or {}).get("states", [])}) or ["unknown"]
-            if states == ["Completed"]:
-                add(_ok("fabric_state", "Completed", "Completed"))
-            else:
-                add(_fail(host, "fabric_state", ", ".join(states), "Completed",
-                          "NVSwitch fabric is not up"))
-        if needs.get("nvlsm"):
-            lsm = _pkg_version(packages, "nvlsm")
-            if lsm is None or lsm[1] != loaded:
-                add(_fail(host, "nvlsm_version", lsm[1] if lsm else "not installed", loaded,
-                          "nvlsm must be installed at the driver's version on Blackwell NVSwitch systems"))
-            else:
-                add(_ok("nvlsm_version", lsm[1], loaded))
-
-    # disk
+        _nvidia_driver(host, gpu.get("driver_version") or "", facts, needs, add)
     if needs.get("disk_path") and needs.get("disk_gib"):
-        disk = facts.get("disk") or {}
-        free = disk.get("free_bytes")
-        want = 0.0 if disk.get("checkpoint_present") else float(needs["disk_gib"])
-        if free is None:
-            add(_fail(host, "disk", f"unreadable ({disk.get('error', '?')})", f"{want:.1f} GiB free",
-                      f"cannot read free space under {needs['disk_path']}"))
-        else:
-            free_gib = free / 2**30
-            found = f"{free_gib:.1f} GiB free under {disk.get('path', needs['disk_path'])}"
-            if free_gib >= want:
-                add(_ok("disk", found, f"{want:.1f} GiB"))
-            else:
-                add(_fail(host, "disk", found, f"{want:.1f} GiB",
-                          f"too little disk for the checkpoint under {needs['disk_path']}"))
-
-    # /dev/shm (F08)
+        _disk(host, facts.get("disk") or {}, needs["disk_path"], needs["disk_gib"], add)
     if needs.get("shm_min_mib"):
-        shm = (facts.get("shm") or {}).get("size_bytes")
-        want = int(needs["shm_min_mib"])
-        if shm is None:
-            add(_fail(host, "shm", "no /dev/shm", f"{want} MiB", "/dev/shm is missing"))
-        elif shm / 2**20 >= want:
-            add(_ok("shm", f"{shm / 2**20:.0f} MiB", f"{want} MiB"))
-        else:
-            add(_fail(host, "shm", f"{shm / 2**20:.0f} MiB", f"{want} MiB",
-                      "/dev/shm is smaller than the floor for NCCL (F08)"))
-
-    # memlock as a systemd service gets it (F07)
+        _shm(host, (facts.get("shm") or {}).get("size_bytes"), int(needs["shm_min_mib"]), add)
     if needs.get("memlock"):
-        ml = facts.get("memlock") or {}
-        value = ml.get("value")
-        want = needs["memlock"]
-        if value is None:
-            add(_fail(host, "memlock", f"unreadable ({ml.get('error', '?')})", want,
-                      "cannot read the memlock limit a systemd service gets"))
-        else:
-            shown = "infinity" if value == "infinity" else f"{value} bytes"
-            good = value == "infinity" or (want != "infinity" and int(value) >= int(want))
-            if good:
-                add(_ok("memlock", shown, want))
-            else:
-                add(_fail(host, "memlock", shown, want,
-                          "a systemd service gets a locked-memory limit too low for RDMA (F07)"))
-
-    # ports (F05)
+        _memlock(host, facts.get("memlock") or {}, needs["memlock"], add)
     if needs.get("ports"):
-        listening = facts.get("listening") or []
-        own = needs.get("own_units")
-        busy = []
-        for port, purpose in sorted((int(k), v) for k, v in needs["ports"].items()):
-            for sock in listening:
-                if int(sock.get("port", -1)) != port:
-                    continue
-                unit = sock.get("unit") or ""
-                if own and unit and fnmatch.fnmatch(unit, own):
-                    continue
-                busy.append((port, purpose, sock.get("process") or unit or "unknown process"))
-                break
-        if busy:
-            for port, purpose, who in busy:
-                add(_fail(host, "ports", f"port {port} in use by {who}", f"port {port} free for {purpose}",
-                          f"port {port} is already listening (F05)"))
-        else:
-            add(_ok("ports", "free", sorted(int(k) for k in needs["ports"])))
-
-    # time sync
+        _ports(host, facts.get("listening") or [], needs["ports"], needs.get("own_units"), add)
     if needs.get("time_sync"):
-        ts = facts.get("time") or {}
-        if ts.get("synchronized"):
-            add(_ok("time_sync", ts.get("source", "yes"), "synchronized"))
-        else:
-            add(_fail(host, "time_sync", ts.get("source") or "not synchronized", "synchronized",
-                      "the clock is not NTP-synchronized",
-                      "warn" if needs["time_sync"] == "warn" else "error"))
-
-    # RDMA devices (F06)
+        _time_sync(host, facts.get("time") or {}, needs["time_sync"], add)
     if needs.get("rdma_devices"):
-        have = set(facts.get("rdma_devices") or [])
-        missing = [d for d in needs["rdma_devices"] if d not in have]
-        if missing:
-            add(_fail(host, "rdma_devices", sorted(have) or "none", needs["rdma_devices"],
-                      f"RDMA devices {missing} named in the inventory do not exist (F06)"))
-        else:
-            add(_ok("rdma_devices", sorted(have), needs["rdma_devices"]))
-
+        _rdma_devices(host, set(facts.get("rdma_devices") or []), needs["rdma_devices"], add)
     if vendor == "nvidia" and needs.get("gpu_state") and not gpu.get("error"):
         _gpu_state(host, gpu, needs["gpu_state"], add)
     if isinstance(needs.get("writable"), dict) and needs["writable"].get("paths"):
@@ -510,6 +351,193 @@ def evaluate(host: str, facts: dict[str, Any], needs: dict[str, Any]) -> list[di
     if isinstance(needs.get("interface"), dict) and needs["interface"].get("address"):
         _interface(host, facts.get("interface") or {}, needs["interface"], add)
     return results
+
+
+def _os_release(host: str, os_: dict[str, Any], accepted: list[str], add) -> None:
+    """The OS ``<id> <version_id>`` is one of ``accepted`` (``ubuntu 24.04``)."""
+    found = f"{os_.get('id', '?')} {os_.get('version_id', '?')}"
+    if found in accepted:
+        add(_ok("os", found, accepted))
+    else:
+        add(_fail(host, "os", found, " | ".join(accepted), "unsupported operating system"))
+
+
+def _gpus(host: str, gpu: dict[str, Any], needs: dict[str, Any], tool: str, add) -> None:
+    """The GPUs ``tool`` (nvidia-smi, rocm-smi) listed: their count (``gpu_count``), the indices
+    the inventory names (``gpu_indices``) and the model (``gpu_name``, matched as a word); a
+    listing that failed is one gpu_count failure."""
+    gpus = gpu.get("gpus") or []
+    if gpu.get("error"):
+        add(_fail(host, "gpu_count", f"{tool} failed: {gpu['error']}", needs.get("gpu_count"),
+                  f"cannot list GPUs with {tool}"))
+        return
+    want = needs.get("gpu_count")
+    if want is not None:
+        if len(gpus) == want:
+            add(_ok("gpu_count", len(gpus), want))
+        else:
+            add(_fail(host, "gpu_count", len(gpus), want, "wrong GPU count"))
+    indices = {int(g.get("index", i)) for i, g in enumerate(gpus)}
+    missing = [i for i in needs.get("gpu_indices") or [] if i not in indices]
+    if needs.get("gpu_indices"):
+        if missing:
+            add(_fail(host, "gpu_indices", sorted(indices), needs["gpu_indices"],
+                      f"glmops_gpus names GPUs {missing} the host does not have"))
+        else:
+            add(_ok("gpu_indices", sorted(indices), needs["gpu_indices"]))
+    name = needs.get("gpu_name")
+    if name:
+        names = sorted({str(g.get("name", "")) for g in gpus})
+        pattern = re.compile(r"(?<![A-Za-z0-9])" + re.escape(name) + r"(?![A-Za-z0-9])", re.I)
+        wrong = [n for n in names if not pattern.search(n)]
+        if gpus and not wrong:
+            add(_ok("gpu_model", names, name))
+        elif gpus:
+            add(_fail(host, "gpu_model", ", ".join(names), name, "GPU model differs from the inventory"))
+
+
+def _nvidia_driver(host: str, loaded: str, facts: dict[str, Any], needs: dict[str, Any], add) -> None:
+    """The loaded NVIDIA driver ``loaded`` (``575.57.08``): its branch at least ``driver_min``,
+    the same as the installed package (else a reboot is pending), and with ``nvswitch`` /
+    ``nvlsm`` the fabric packages at its version."""
+    dmin = needs.get("driver_min")
+    if dmin:
+        branch = _branch(loaded)
+        if branch is not None and branch >= int(dmin):
+            add(_ok("driver", loaded, f">= {dmin}"))
+        else:
+            add(_fail(host, "driver", loaded or "none", f">= {dmin}",
+                      f"NVIDIA driver {loaded or '(none)'} is below the minimum branch {dmin}"))
+    packages = facts.get("packages") or {}
+    installed = _pkg_version(packages, "nvidia-driver")
+    if installed and loaded and installed[1] != loaded:
+        add(_fail(host, "driver_loaded", loaded, installed[1],
+                  f"running driver {loaded} differs from installed {installed[0]} {installed[1]}: "
+                  "reboot pending"))
+    elif installed:
+        add(_ok("driver_loaded", loaded, installed[1]))
+    if needs.get("nvswitch"):
+        _nvswitch(host, loaded, facts, packages, add)
+    if needs.get("nvlsm"):
+        lsm = _pkg_version(packages, "nvlsm")
+        if lsm is None or lsm[1] != loaded:
+            add(_fail(host, "nvlsm_version", lsm[1] if lsm else "not installed", loaded,
+                      "nvlsm must be installed at the driver's version on Blackwell NVSwitch systems"))
+        else:
+            add(_ok("nvlsm_version", lsm[1], loaded))
+
+
+def _nvswitch(host: str, loaded: str, facts: dict[str, Any], packages: dict[str, str], add) -> None:
+    """An NVSwitch system: nvidia-fabricmanager installed at the driver's version ``loaded``, its
+    service active, and the fabric state ``Completed``."""
+    fm = _pkg_version(packages, "nvidia-fabricmanager")
+    if fm is None:
+        add(_fail(host, "fabricmanager_version", "not installed", loaded,
+                  "nvidia-fabricmanager is not installed on an NVSwitch system"))
+    elif fm[1] != loaded:
+        add(_fail(host, "fabricmanager_version", f"{fm[0]} {fm[1]}", f"driver {loaded}",
+                  f"fabric manager {fm[1]} differs from driver {loaded}; "
+                  "they must be the same version"))
+    else:
+        add(_ok("fabricmanager_version", fm[1], loaded))
+    state = (facts.get("services") or {}).get("nvidia-fabricmanager", "unknown")
+    if state == "active":
+        add(_ok("fabricmanager_active", state, "active"))
+    else:
+        add(_fail(host, "fabricmanager_active", state, "active",
+                  "nvidia-fabricmanager.service is not active"))
+    states = sorted({str(s) for s in (facts.get("fabric") or {}).get("states", [])}) or ["unknown"]
+    if states == ["Completed"]:
+        add(_ok("fabric_state", "Completed", "Completed"))
+    else:
+        add(_fail(host, "fabric_state", ", ".join(states), "Completed",
+                  "NVSwitch fabric is not up"))
+
+
+def _disk(host: str, disk: dict[str, Any], path: str, gib: Any, add) -> None:
+    """``gib`` GiB (a number) free under ``path`` for the checkpoint (none when it is already there)."""
+    free = disk.get("free_bytes")
+    want = 0.0 if disk.get("checkpoint_present") else float(gib)
+    if free is None:
+        add(_fail(host, "disk", f"unreadable ({disk.get('error', '?')})", f"{want:.1f} GiB free",
+                  f"cannot read free space under {path}"))
+        return
+    free_gib = free / 2**30
+    found = f"{free_gib:.1f} GiB free under {disk.get('path', path)}"
+    if free_gib >= want:
+        add(_ok("disk", found, f"{want:.1f} GiB"))
+    else:
+        add(_fail(host, "disk", found, f"{want:.1f} GiB",
+                  f"too little disk for the checkpoint under {path}"))
+
+
+def _shm(host: str, shm: int | None, want: int, add) -> None:
+    """/dev/shm of ``shm`` bytes (None: missing) is at least ``want`` MiB (F08)."""
+    if shm is None:
+        add(_fail(host, "shm", "no /dev/shm", f"{want} MiB", "/dev/shm is missing"))
+    elif shm / 2**20 >= want:
+        add(_ok("shm", f"{shm / 2**20:.0f} MiB", f"{want} MiB"))
+    else:
+        add(_fail(host, "shm", f"{shm / 2**20:.0f} MiB", f"{want} MiB",
+                  "/dev/shm is smaller than the floor for NCCL (F08)"))
+
+
+def _memlock(host: str, ml: dict[str, Any], want: Any, add) -> None:
+    """The locked-memory limit a systemd service gets (bytes or ``infinity``) is at least
+    ``want`` (F07)."""
+    value = ml.get("value")
+    if value is None:
+        add(_fail(host, "memlock", f"unreadable ({ml.get('error', '?')})", want,
+                  "cannot read the memlock limit a systemd service gets"))
+        return
+    shown = "infinity" if value == "infinity" else f"{value} bytes"
+    good = value == "infinity" or (want != "infinity" and int(value) >= int(want))
+    if good:
+        add(_ok("memlock", shown, want))
+    else:
+        add(_fail(host, "memlock", shown, want,
+                  "a systemd service gets a locked-memory limit too low for RDMA (F07)"))
+
+
+def _ports(host: str, listening: list[dict[str, Any]], ports: dict[Any, str], own: str | None, add) -> None:
+    """Every port of ``ports`` (port -> purpose) is free, or held by one of glmops' own units
+    (``own``, an fnmatch pattern) (F05): one failure per busy port."""
+    busy = []
+    for port, purpose in sorted((int(k), v) for k, v in ports.items()):
+        for sock in listening:
+            if int(sock.get("port", -1)) != port:
+                continue
+            unit = sock.get("unit") or ""
+            if own and unit and fnmatch.fnmatch(unit, own):
+                continue
+            busy.append((port, purpose, sock.get("process") or unit or "unknown process"))
+            break
+    if busy:
+        for port, purpose, who in busy:
+            add(_fail(host, "ports", f"port {port} in use by {who}", f"port {port} free for {purpose}",
+                      f"port {port} is already listening (F05)"))
+    else:
+        add(_ok("ports", "free", sorted(int(k) for k in ports)))
+
+
+def _time_sync(host: str, ts: dict[str, Any], level: Any, add) -> None:
+    """The clock is NTP-synchronized; a failure is a warning when ``level`` is ``warn``."""
+    if ts.get("synchronized"):
+        add(_ok("time_sync", ts.get("source", "yes"), "synchronized"))
+    else:
+        add(_fail(host, "time_sync", ts.get("source") or "not synchronized", "synchronized",
+                  "the clock is not NTP-synchronized",
+                  "warn" if level == "warn" else "error"))
+
+
+def _rdma_devices(host: str, have: set[str], wanted: list[str], add) -> None:
+    """Every RDMA device the inventory names exists (F06)."""
+    missing = [d for d in wanted if d not in have]
+    if missing:
+        add(_fail(host, "rdma_devices", sorted(have) or "none", wanted,
+                  f"RDMA devices {missing} named in the inventory do not exist (F06)"))
+    else:
+        add(_ok("rdma_devices", sorted(have), wanted))
 
 
 def _interface(host: str, facts: dict[str, Any], want: dict[str, Any], add) -> None:

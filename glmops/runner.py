@@ -233,19 +233,7 @@ def run(
             on_event(event)
         return True
 
-    env = {
-        # the ansible-playbook next to this interpreter (a venv's bin is not always on PATH)
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        # the operator's ansible.cfg (else ours), glmops' plugin/role paths appended to theirs
-        **ansible_options.config_env(str(REPO), str(ANSIBLE_CFG)),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-        "PYTHONUNBUFFERED": "1",
-        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False when the environment lacks it:
-        # check host keys on every run (an inventory may still say otherwise per host, e.g.
-        # ansible_host_key_checking or its own ansible_ssh_common_args)
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-    }
+    env = _runner_env()
     started = time.monotonic()
     extra = {**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)}
     with _secrets_out_of_environ(), _handoff(planned, extra) as handoff:
@@ -272,6 +260,31 @@ def run(
     result.status = r.status
     result.rc = 0 if (r.rc == 0 and r.status == "successful") else 1
     view.close()
+    _ended(result, r, rundir)
+    return result
+
+
+def _runner_env() -> dict[str, str]:
+    """The environment ansible-runner adds for a run (name -> value)."""
+    return {
+        # the ansible-playbook next to this interpreter (a venv's bin is not always on PATH)
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        # the operator's ansible.cfg (else ours), glmops' plugin/role paths appended to theirs
+        **ansible_options.config_env(str(REPO), str(ANSIBLE_CFG)),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False when the environment lacks it:
+        # check host keys on every run (an inventory may still say otherwise per host, e.g.
+        # ansible_host_key_checking or its own ansible_ssh_common_args)
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+    }
+
+
+def _ended(result: RunResult, r: Any, rundir: Path) -> None:
+    """Complete ``result`` (status and rc set) of the ended ansible-runner run ``r`` in ``rundir``:
+    the plan play's summary, and a failure quoting the last 20 lines of the run's stdout when
+    it failed before any host result."""
     summary = rundir / PLAN_SUMMARY
     if summary.is_file():
         result.plan = json.loads(summary.read_text())
@@ -280,7 +293,6 @@ def run(
         tail = (rundir / "artifacts" / "run" / "stdout")
         text = tail.read_text(errors="replace").strip().splitlines()[-20:] if tail.exists() else []
         result.failures.append(f"ansible-runner {r.status} (rc {r.rc}): " + "\n".join(text))
-    return result
 
 
 @contextlib.contextmanager

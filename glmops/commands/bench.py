@@ -68,6 +68,34 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
         return
     console = make_console()
     problems: list[str] = []
+    cfg = _sweep_config(quick, concurrency, isl, osl, multi_round, seed, endpoint_type, problems)
+    plan, dep, target = _plan_target(inventory, topology, tokenizer, endpoint, model, problems)
+    problems += _option_problems(endpoint, bench_host, dep, gpus, point_timeout)
+    if problems:
+        _fail(problems)
+    target = _final_target(target, endpoint, model, tokenizer, gpus)
+
+    host = _bench_host(bench_host, plan)
+    binary, version, remote, fetch = _client(client, host, aiperf_path, inventory, tokenizer, target, dep)
+
+    console.print(f"bench {target.endpoint} model {target.model}: concurrency {cfg.concurrency}, "
+                  f"ISL {cfg.isl} / OSL {cfg.osl}, {cfg.multi_round} rounds, client aiperf {version} on {host}, "
+                  f"{target.gpus} {target.gpu_basis}(s), tokenizer {target.tokenizer}")
+    runner = b.aiperf_point_runner(binary, target, cfg, point_timeout, remote=remote, fetch=fetch)
+    try:
+        run = b.sweep(target, cfg, Path(out), runner, _progress(console, cfg), client="aiperf", bench_host=host,
+                      client_version=version)
+    except b.BenchError as exc:
+        _fail([str(exc)], code=1)
+    click.echo((run / "results.md").read_text())
+    console.print(f"results: {run}  (results.md, pareto.png, points/*.json)")
+    meta = json.loads((run / "meta.json").read_text())
+    sys.exit(1 if meta.get("errors") else 0)
+
+
+def _sweep_config(quick, concurrency, isl, osl, multi_round, seed, endpoint_type, problems: list[str]) -> b.SweepConfig:
+    """The sweep the options ask for (``--quick``'s or the seeds' default, then each option given);
+    what is wrong with it is appended to ``problems``."""
     cfg = replace(b.QUICK) if quick else b.SweepConfig()
     try:
         if concurrency:
@@ -79,7 +107,13 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
             setattr(cfg, name, value)
     cfg.seed, cfg.endpoint_type = seed, endpoint_type
     problems += cfg.problems()
+    return cfg
 
+
+def _plan_target(inventory, topology, tokenizer, endpoint, model, problems: list[str]):
+    """``(plan, deployment, target)`` from ``-i`` (the target only when nothing in ``problems`` so
+    far), else ``(None, None, None)``; a planning problem, or neither ``-i`` nor both
+    ``--endpoint`` and ``--model``, is appended to ``problems``."""
     plan = dep = None
     target = None
     if inventory:
@@ -92,6 +126,13 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
             target = b.target_from_plan(plan, dep, tokenizer)
     elif not (endpoint and model):
         problems.append("give -i/--inventory, or both --endpoint and --model")
+    return plan, dep, target
+
+
+def _option_problems(endpoint, bench_host, dep, gpus, point_timeout) -> list[str]:
+    """What is wrong with ``--endpoint``, ``--bench-host`` (a host of ``dep``), ``--gpus`` and
+    ``--point-timeout`` (seconds), one message each."""
+    problems: list[str] = []
     bad_url = endpoint_problem("--endpoint", endpoint)
     if bad_url:
         problems.append(bad_url)
@@ -103,8 +144,12 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
         problems.append(f"--gpus {gpus} is not accepted; accepted: an integer >= 1")
     if point_timeout is not None and point_timeout <= 0:
         problems.append(f"--point-timeout {point_timeout} is not accepted; accepted: seconds > 0")
-    if problems:
-        _fail(problems)
+    return problems
+
+
+def _final_target(target, endpoint, model, tokenizer, gpus) -> b.BenchTarget:
+    """``target`` (or, without -i, one from the options) with ``--endpoint``, ``--model`` and
+    ``--gpus`` winning over the Plan's."""
     if target is None:
         target = b.BenchTarget(endpoint=endpoint.rstrip("/"), model=model, tokenizer=tokenizer or "builtin",
                                gpus=gpus or 1, gpu_basis="GPU" if gpus else "endpoint")
@@ -114,8 +159,14 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
         target.model = model
     if gpus:
         target.gpus, target.gpu_basis = gpus, "GPU"
+    return target
 
-    host = _bench_host(bench_host, plan)
+
+def _client(client, host: str, aiperf_path, inventory, tokenizer, target: b.BenchTarget, dep):
+    """The aiperf client on ``host`` (``controller`` or an inventory host, over ssh):
+    ``(binary, version, remote, fetch)``, ``remote``/``fetch`` None here. On a remote host without
+    ``--tokenizer``, ``target.tokenizer`` becomes the checkpoint's directory there if it holds a
+    tokenizer.json, else ``builtin``. Exits 2 (``_fail``) for ``--client engine`` or aiperf missing."""
     remote = fetch = None
     try:
         if client == "engine":
@@ -142,11 +193,12 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
                     target.tokenizer = local
     except b.BenchError as exc:
         _fail([str(exc)])
+    return binary, version, remote, fetch
 
-    console.print(f"bench {target.endpoint} model {target.model}: concurrency {cfg.concurrency}, "
-                  f"ISL {cfg.isl} / OSL {cfg.osl}, {cfg.multi_round} rounds, client aiperf {version} on {host}, "
-                  f"{target.gpus} {target.gpu_basis}(s), tokenizer {target.tokenizer}")
 
+def _progress(console, cfg: b.SweepConfig):
+    """The sweep's progress callback ``(i, n, concurrency, point or None)``: one line per point
+    started (point None), failed or measured."""
     def progress(i, n, c, point):
         if point is None:
             console.print(f"{stamp()} [{i}/{n}] concurrency {c}: {cfg.num_prompts(c)} requests ...")
@@ -157,16 +209,7 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
                           f"TTFT P50 {point['ttft_ms_p50'] or 0:,.1f} ms, "
                           f"{point['completed']}/{point['num_prompts']} completed")
 
-    runner = b.aiperf_point_runner(binary, target, cfg, point_timeout, remote=remote, fetch=fetch)
-    try:
-        run = b.sweep(target, cfg, Path(out), runner, progress, client="aiperf", bench_host=host,
-                      client_version=version)
-    except b.BenchError as exc:
-        _fail([str(exc)], code=1)
-    click.echo((run / "results.md").read_text())
-    console.print(f"results: {run}  (results.md, pareto.png, points/*.json)")
-    meta = json.loads((run / "meta.json").read_text())
-    sys.exit(1 if meta.get("errors") else 0)
+    return progress
 
 
 def _bench_host(choice: str, plan) -> str:

@@ -17,6 +17,7 @@ Exit codes: 0 ok, 1 a step failed (named), 2 bad input or nothing to act on.
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -60,22 +61,7 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
     """Roll a changed engine version, image or setting out one replica at a time, each
     gated on readiness and a one-token request; stop at the first failure."""
     console = make_console()
-    overrides, problems = G.parse_sets(sets)
-    if overrides or problems:
-        # every problem at once: the --set items that did not parse, then the inventory's own
-        # problems with the ones that did
-        found = [str(p) for p in problems]
-        try:
-            planned = planning.load(inventory, topology, overrides)
-        except ValidationError as exc:
-            found += [str(p) for p in exc.problems]
-        if found:
-            _err(f"{len(found)} problem(s) in {inventory} with --set; no host contacted:")
-            for p in found:
-                _err(f"  {p}")
-            sys.exit(2)
-    else:
-        planned = load_plan(inventory, topology)
+    planned, overrides = _planned_with_sets(inventory, topology, sets)
     plan = planned.view()
     hist, result, gen_dir, _ = read_history(inventory, topology)
     if not result.ok:
@@ -83,17 +69,7 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
         sys.exit(1)
     current = G.current_manifests(hist)
     plan_hosts = list(plan["hosts"])
-    missing = [h for h in plan_hosts if h not in current]
-    if missing:
-        _err(f"no current generation on {', '.join(missing)}: a failed step could not be put back. "
-             f"Run `glmops deploy -i {inventory}` first (it records one), then upgrade.")
-        sys.exit(2)
-    numbers = {m["number"] for m in current.values()}
-    if len(numbers) > 1:
-        _err("hosts run different generations: " + ", ".join(f"{h}={m['number']}" for h, m in current.items())
-             + f"; bring them together with `glmops rollback -i {inventory} --to N` or `glmops deploy` first")
-        sys.exit(2)
-    old_number = numbers.pop()
+    old_number = _serving_generation(inventory, current, plan_hosts)
     changed: list[str] = []
     runtimes_changed = []
     for host in plan_hosts:
@@ -133,25 +109,72 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
         if res.ok:
             done.append(step.name)
             continue
-        runner.print_summary(res, console, plan)
-        bad = _not_ready(res)
-        console.print(f"[red]upgrade stopped at {step.name}[/red]: " + "; ".join(bad), markup=True)
-        restored = _put_back(inventory, hist, gen_dir, step, old_number, plan, drain_timeout, console)
-        untouched = [s.name for s in plan_steps if s.name not in done and s is not step]
-        lines = [f"upgrade FAILED at {step.name}: {', '.join(step.units)} not ready"]
-        lines += [f"  {b}" for b in bad]
-        lines.append(f"  {step.name}: " + (f"generation {old_number} put back and serving" if restored
-                                           else f"DOWN: putting generation {old_number} back failed; "
-                                                f"run `glmops rollback -i {inventory} --to {old_number}`"))
-        if done:
-            lines.append(f"  already on the new settings: {', '.join(done)}")
-        if untouched:
-            lines.append(f"  still on generation {old_number} (untouched): {', '.join(untouched)}")
-        for line in lines:
-            _err(line)
-        runner.finish(console, None, 1, f"stopped at {step.name}: " + "; ".join(bad), verb="upgrade")
+        _upgrade_stopped(res, step, plan_steps, done, inventory, hist, gen_dir, old_number, plan, drain_timeout,
+                         console)
     console.print(f"upgrade done: {', '.join(done)}; new generation recorded (`glmops history -i {inventory}`)")
     sys.exit(0)
+
+
+def _planned_with_sets(inventory: str, topology: str | None, sets: tuple[str, ...]) -> tuple[planning.Planned, dict]:
+    """``(planned, overrides)``: the Plan of the inventory with the ``--set KEY=VALUE`` items
+    (``overrides``, variable -> value) winning. Exits 2 with every problem at once: the items
+    that did not parse, then the inventory's own problems with the ones that did."""
+    overrides, problems = G.parse_sets(sets)
+    if overrides or problems:
+        found = [str(p) for p in problems]
+        try:
+            planned = planning.load(inventory, topology, overrides)
+        except ValidationError as exc:
+            found += [str(p) for p in exc.problems]
+        if found:
+            _err(f"{len(found)} problem(s) in {inventory} with --set; no host contacted:")
+            for p in found:
+                _err(f"  {p}")
+            sys.exit(2)
+    else:
+        planned = load_plan(inventory, topology)
+    return planned, overrides
+
+
+def _serving_generation(inventory: str, current: dict[str, dict], plan_hosts: list[str]) -> int:
+    """The generation number every host of ``plan_hosts`` currently runs (``current``: host ->
+    manifest). Exits 2 when a host has none (a failed step could not be put back) or the
+    hosts run different ones."""
+    missing = [h for h in plan_hosts if h not in current]
+    if missing:
+        _err(f"no current generation on {', '.join(missing)}: a failed step could not be put back. "
+             f"Run `glmops deploy -i {inventory}` first (it records one), then upgrade.")
+        sys.exit(2)
+    numbers = {m["number"] for m in current.values()}
+    if len(numbers) > 1:
+        _err("hosts run different generations: " + ", ".join(f"{h}={m['number']}" for h, m in current.items())
+             + f"; bring them together with `glmops rollback -i {inventory} --to N` or `glmops deploy` first")
+        sys.exit(2)
+    return numbers.pop()
+
+
+def _upgrade_stopped(res: runner.RunResult, step: G.Step, plan_steps: list[G.Step], done: list[str],
+                     inventory: str, hist: dict, gen_dir: str, old_number: int, plan: dict, drain_timeout: int,
+                     console: Console) -> NoReturn:
+    """``step`` failed (``res``): put generation ``old_number`` back on its units, say which steps
+    are on the new settings (``done``), which were never touched, and exit 1 naming the units."""
+    runner.print_summary(res, console, plan)
+    bad = _not_ready(res)
+    console.print(f"[red]upgrade stopped at {step.name}[/red]: " + "; ".join(bad), markup=True)
+    restored = _put_back(inventory, hist, gen_dir, step, old_number, plan, drain_timeout, console)
+    untouched = [s.name for s in plan_steps if s.name not in done and s is not step]
+    lines = [f"upgrade FAILED at {step.name}: {', '.join(step.units)} not ready"]
+    lines += [f"  {b}" for b in bad]
+    lines.append(f"  {step.name}: " + (f"generation {old_number} put back and serving" if restored
+                                       else f"DOWN: putting generation {old_number} back failed; "
+                                            f"run `glmops rollback -i {inventory} --to {old_number}`"))
+    if done:
+        lines.append(f"  already on the new settings: {', '.join(done)}")
+    if untouched:
+        lines.append(f"  still on generation {old_number} (untouched): {', '.join(untouched)}")
+    for line in lines:
+        _err(line)
+    runner.finish(console, None, 1, f"stopped at {step.name}: " + "; ".join(bad), verb="upgrade")
 
 
 def _put_back(inventory: str, hist: dict, gen_dir: str, step: G.Step, number: int, plan: dict,

@@ -55,7 +55,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         result["changed"] = False
         result["glmops_event"] = "read"  # glmops.runner.event_of: the deploy's read of this host
-        from glmops import deploystate, hostread, prechecks
+        from glmops import deploystate, hostread
 
         args = self._task.args
         plan = args.get("plan") or {}
@@ -63,64 +63,19 @@ class ActionModule(ActionBase):
         host_plan = (plan.get("hosts") or {}).get(host)
         if not isinstance(host_plan, dict):
             raise AnsibleActionFail(f"glmops_deploy_read: {host} is not a host of the Plan")
-
-        # prechecks: the needs the prechecks role computes (catalog, Plan, prechecks_* variables)
-        try:
-            needs = prechecks.host_needs(
-                self._var(task_vars, "glmops_hardware"), self._var(task_vars, "glmops_gpus"),
-                args.get("precheck_needs") if task_vars.get("glmops_model") else None,
-                {k: self._var(task_vars, f"prechecks_{k}") for k in prechecks.NEED_VARS})
-        except LookupError as exc:
-            raise AnsibleActionFail(f"glmops_deploy_read: {host}: glmops_hardware: {exc}") from exc
-
+        needs = self._needs(task_vars, host)
         stamp = deploystate.stamp_path(plan)
-        current = f"{deploystate.records_dir(plan['state_dir'], plan['deployment'])}/generations/current"
         provision = bool(args.get("provision", True))
-        # the prechecks belong to provisioning: --skip-provision skips them here too
-        jobs = [("facts", hostread.script("prechecks", "glmops_precheck_facts.py"),
-                 [json.dumps(prechecks.facts_options(needs))])] if provision else []
-        hostctl = hostread.script("engine_service", "glmops_hostctl.py")
-        for kind in _BUNDLES:
-            bundle = host_plan.get(kind) or {}
-            if bundle.get("services") or bundle.get("files"):
-                jobs.append((kind, hostctl, deploystate.state_argv(
-                    bundle, host_plan.get("units", []), plan["unit_glob"], host_plan.get("target") or {},
-                    plan["service_user"], plan["config_dir"], plan["state_dir"],
-                    **({} if any(j[0] in _BUNDLES for j in jobs) else {"stamp": stamp, "current": current}))))
-        jobs.append(("records", hostread.script("generation", "glmops_generation.py"),
-                     ["list", "--dir", f"{deploystate.records_dir(plan['state_dir'], plan['deployment'])}/generations"]))
         skip = set(args.get("runtime_skip") or [])
         runtimes = [r for r in host_plan.get("runtimes", []) if r.get("engine") not in skip]
-        probe = hostread.script("engine_runtime", "glmops_runtime_probe.py")
-        for i, rt in enumerate(runtimes):
-            if rt.get("mode", "venv") == "venv" and rt.get("venv"):
-                jobs.append((f"runtime{i}", probe, ["--venv", rt["venv"]]))
         try:
-            read = hostread.run(self, task_vars, jobs)
+            read = hostread.run(self, task_vars, _jobs(plan, host_plan, needs if provision else None, stamp, runtimes))
         except RuntimeError as exc:
             result.update(failed=True, msg=f"glmops_deploy_read: {host}: {exc}")
             return result
 
-        facts = read.get("facts")
-        if facts is None:
-            report = {"host": host, "ok": True, "failed": [], "skipped": "--skip-provision"}
-        elif facts["rc"] != 0 or not isinstance(facts["json"], dict) or facts["json"].get("failed"):
-            report = {"host": host, "ok": False, "failed": [f"reading facts failed: {facts['stdout'][-300:]}"]}
-        else:
-            report = prechecks.host_report(host, facts["json"].get("facts") or {}, needs)
-        states, services, broken = [], [], []
-        stamp_doc = current_doc = None
-        for kind in _BUNDLES:
-            if kind not in read:
-                continue
-            doc = read[kind]["json"]
-            if read[kind]["rc"] != 0 or not isinstance(doc, dict) or doc.get("failed"):
-                broken.append(f"the {kind} state read failed: {read[kind]['stdout'][-300:]}")
-                continue
-            states.append(doc)
-            services += doc.get("services", [])
-            if "stamp" in doc and doc.get("stamp") is not None:
-                stamp_doc, current_doc = doc["stamp"], doc.get("current")
+        report = _report(host, read.get("facts"), needs)
+        states, services, broken, stamp_doc, current_doc = _states(read)
         recorded = _recorded((read.get("records") or {}).get("json"))
         pairs = [(rt, (read.get(f"runtime{i}") or {}).get("json")) for i, rt in enumerate(runtimes)]
 
@@ -144,6 +99,80 @@ class ActionModule(ActionBase):
                            "not in state: " + "; ".join(why[:5])
                            + (f"; and {len(why) - 5} more" if len(why) > 5 else "")))
         return result
+
+    def _needs(self, task_vars: dict, host: str) -> dict:
+        """The prechecks' needs of ``host``, as the prechecks role computes them (catalog, the
+        Plan's ``precheck_needs``, ``prechecks_*`` variables); an unknown hardware fails the task."""
+        from glmops import prechecks
+
+        args = self._task.args
+        try:
+            return prechecks.host_needs(
+                self._var(task_vars, "glmops_hardware"), self._var(task_vars, "glmops_gpus"),
+                args.get("precheck_needs") if task_vars.get("glmops_model") else None,
+                {k: self._var(task_vars, f"prechecks_{k}") for k in prechecks.NEED_VARS})
+        except LookupError as exc:
+            raise AnsibleActionFail(f"glmops_deploy_read: {host}: glmops_hardware: {exc}") from exc
+
+
+def _jobs(plan: dict, host_plan: dict, needs: dict | None, stamp: str, runtimes: list[dict]) -> list[tuple]:
+    """The scripts of the one round trip (:func:`glmops.hostread.run`), ``(name, script, argv)``:
+    the precheck facts (when ``needs`` is given: the prechecks belong to provisioning, so
+    --skip-provision skips them here too), the state of each non-empty bundle (the first one
+    also reads the deploy ``stamp`` and the current generation), the recorded generations,
+    and the venv probe of each of ``runtimes`` installed as a venv."""
+    from glmops import deploystate, hostread, prechecks
+
+    current = f"{deploystate.records_dir(plan['state_dir'], plan['deployment'])}/generations/current"
+    jobs = [("facts", hostread.script("prechecks", "glmops_precheck_facts.py"),
+             [json.dumps(prechecks.facts_options(needs))])] if needs is not None else []
+    hostctl = hostread.script("engine_service", "glmops_hostctl.py")
+    for kind in _BUNDLES:
+        bundle = host_plan.get(kind) or {}
+        if bundle.get("services") or bundle.get("files"):
+            jobs.append((kind, hostctl, deploystate.state_argv(
+                bundle, host_plan.get("units", []), plan["unit_glob"], host_plan.get("target") or {},
+                plan["service_user"], plan["config_dir"], plan["state_dir"],
+                **({} if any(j[0] in _BUNDLES for j in jobs) else {"stamp": stamp, "current": current}))))
+    jobs.append(("records", hostread.script("generation", "glmops_generation.py"),
+                 ["list", "--dir", f"{deploystate.records_dir(plan['state_dir'], plan['deployment'])}/generations"]))
+    probe = hostread.script("engine_runtime", "glmops_runtime_probe.py")
+    for i, rt in enumerate(runtimes):
+        if rt.get("mode", "venv") == "venv" and rt.get("venv"):
+            jobs.append((f"runtime{i}", probe, ["--venv", rt["venv"]]))
+    return jobs
+
+
+def _report(host: str, facts: dict | None, needs: dict) -> dict:
+    """The prechecks report from the facts job's answer (``{rc, json, stdout}``; None: not read,
+    --skip-provision): ok, a failed read, or :func:`glmops.prechecks.host_report`."""
+    from glmops import prechecks
+
+    if facts is None:
+        return {"host": host, "ok": True, "failed": [], "skipped": "--skip-provision"}
+    if facts["rc"] != 0 or not isinstance(facts["json"], dict) or facts["json"].get("failed"):
+        return {"host": host, "ok": False, "failed": [f"reading facts failed: {facts['stdout'][-300:]}"]}
+    return prechecks.host_report(host, facts["json"].get("facts") or {}, needs)
+
+
+def _states(read: dict) -> tuple[list[dict], list[dict], list[str], dict | None, dict | None]:
+    """From the bundles' state answers in ``read``: ``(states, services, broken, stamp, current)``:
+    the state documents that were read, their services, a reason per read that failed, and
+    the deploy stamp and current generation the first bundle read (None when none did)."""
+    states, services, broken = [], [], []
+    stamp_doc = current_doc = None
+    for kind in _BUNDLES:
+        if kind not in read:
+            continue
+        doc = read[kind]["json"]
+        if read[kind]["rc"] != 0 or not isinstance(doc, dict) or doc.get("failed"):
+            broken.append(f"the {kind} state read failed: {read[kind]['stdout'][-300:]}")
+            continue
+        states.append(doc)
+        services += doc.get("services", [])
+        if "stamp" in doc and doc.get("stamp") is not None:
+            stamp_doc, current_doc = doc["stamp"], doc.get("current")
+    return states, services, broken, stamp_doc, current_doc
 
 
 def _recorded(doc) -> dict:

@@ -153,44 +153,51 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import glmops_checkpoint as ck
 
 
+#: the module's options (DOCUMENTATION says what each means)
+_ARGUMENT_SPEC = dict(
+    action=dict(type="str", default="download", choices=["download", "status", "resolve", "verify", "progress", "space"]),
+    repo=dict(type="str"),
+    revision=dict(type="str"),
+    local_dir=dict(type="path"),
+    model_dir=dict(type="path"),
+    state_dir=dict(type="path"),
+    endpoint=dict(type="str", default=""),
+    token_file=dict(type="path", no_log=False),
+    remove_token_file=dict(type="bool", default=False),
+    allow_patterns=dict(type="list", elements="str", default=[]),
+    offline=dict(type="bool", default=True),
+    margin_ratio=dict(type="float", default=ck.DEFAULT_MARGIN_RATIO),
+    margin_bytes=dict(type="int", default=ck.DEFAULT_MARGIN_BYTES),
+    lock_timeout_s=dict(type="int", default=21600),
+    max_workers=dict(type="int", default=8),
+    owner=dict(type="str"),
+    group=dict(type="str"),
+    progress_file=dict(type="path"),
+    async_results_file=dict(type="path"),
+    manifest=dict(type="dict"),
+    hashes=dict(type="bool", default=True),
+    source=dict(type="str", default="peer"),
+    stall_timeout_s=dict(type="float", default=ck.DEFAULT_STALL_TIMEOUT_S),
+    stall_fallback_after=dict(type="int", default=ck.DEFAULT_STALL_FALLBACK_AFTER),
+    stall_max=dict(type="int", default=ck.DEFAULT_STALL_MAX),
+)
+
+#: the options each action needs
+_REQUIRED_IF = [
+    ("action", "download", ("repo", "local_dir", "model_dir", "state_dir")),
+    ("action", "status", ("repo", "local_dir", "state_dir")),
+    ("action", "resolve", ("repo",)),
+    ("action", "verify", ("local_dir", "manifest")),
+    ("action", "space", ("local_dir", "manifest")),
+    ("action", "progress", ("progress_file",)),
+]
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            action=dict(type="str", default="download", choices=["download", "status", "resolve", "verify", "progress", "space"]),
-            repo=dict(type="str"),
-            revision=dict(type="str"),
-            local_dir=dict(type="path"),
-            model_dir=dict(type="path"),
-            state_dir=dict(type="path"),
-            endpoint=dict(type="str", default=""),
-            token_file=dict(type="path", no_log=False),
-            remove_token_file=dict(type="bool", default=False),
-            allow_patterns=dict(type="list", elements="str", default=[]),
-            offline=dict(type="bool", default=True),
-            margin_ratio=dict(type="float", default=ck.DEFAULT_MARGIN_RATIO),
-            margin_bytes=dict(type="int", default=ck.DEFAULT_MARGIN_BYTES),
-            lock_timeout_s=dict(type="int", default=21600),
-            max_workers=dict(type="int", default=8),
-            owner=dict(type="str"),
-            group=dict(type="str"),
-            progress_file=dict(type="path"),
-            async_results_file=dict(type="path"),
-            manifest=dict(type="dict"),
-            hashes=dict(type="bool", default=True),
-            source=dict(type="str", default="peer"),
-            stall_timeout_s=dict(type="float", default=ck.DEFAULT_STALL_TIMEOUT_S),
-            stall_fallback_after=dict(type="int", default=ck.DEFAULT_STALL_FALLBACK_AFTER),
-            stall_max=dict(type="int", default=ck.DEFAULT_STALL_MAX),
-        ),
+        argument_spec=_ARGUMENT_SPEC,
         supports_check_mode=True,
-        required_if=[
-            ("action", "download", ("repo", "local_dir", "model_dir", "state_dir")),
-            ("action", "status", ("repo", "local_dir", "state_dir")),
-            ("action", "resolve", ("repo",)),
-            ("action", "verify", ("local_dir", "manifest")),
-            ("action", "space", ("local_dir", "manifest")),
-            ("action", "progress", ("progress_file",)),
-        ],
+        required_if=_REQUIRED_IF,
     )
     p = module.params
     action = p["action"]
@@ -229,18 +236,7 @@ def main():
                                                                             "filesystem": sc.path})
             module.exit_json(changed=False, needed=sc.needed, available=sc.available, verified=False)
         if action == "verify":
-            man = ck.Manifest.from_dict(p["manifest"])
-            if module.check_mode:
-                st = ck.status(p["local_dir"], man.repo, man.commit, p["state_dir"]) if p["state_dir"] else {"verified": False}
-                module.exit_json(changed=not st["verified"], verified=st["verified"])
-            if not p["hashes"]:
-                records = ck.verify(p["local_dir"], man, hashes=False)
-                changed = False
-                if p["owner"] or p["group"]:
-                    changed = ck.fix_ownership([p["local_dir"]], p["owner"], p["group"])
-                module.exit_json(changed=changed, verified=True, files=len(records))
-            out = ck.verify_copy(p["local_dir"], man, p["state_dir"], p["owner"], p["group"], p["source"])
-            module.exit_json(**out)
+            _verify(module, p)
         # download
         out = ck.download(
             p["repo"], revision, p["local_dir"], model_dir=p["model_dir"], endpoint=p["endpoint"] or None,
@@ -253,6 +249,24 @@ def main():
         module.exit_json(**out)
     except ck.CheckpointError as exc:
         module.fail_json(msg=f"[{exc.code}] {exc.message}", **exc.to_dict())
+
+
+def _verify(module, p):
+    """action=verify: check a copy received from a peer against ``p["manifest"]`` (sizes only
+    without ``hashes``) and write the marker; check mode only reports whether it is verified.
+    Exits the module (CheckpointError propagates to main)."""
+    man = ck.Manifest.from_dict(p["manifest"])
+    if module.check_mode:
+        st = ck.status(p["local_dir"], man.repo, man.commit, p["state_dir"]) if p["state_dir"] else {"verified": False}
+        module.exit_json(changed=not st["verified"], verified=st["verified"])
+    if not p["hashes"]:
+        records = ck.verify(p["local_dir"], man, hashes=False)
+        changed = False
+        if p["owner"] or p["group"]:
+            changed = ck.fix_ownership([p["local_dir"]], p["owner"], p["group"])
+        module.exit_json(changed=changed, verified=True, files=len(records))
+    out = ck.verify_copy(p["local_dir"], man, p["state_dir"], p["owner"], p["group"], p["source"])
+    module.exit_json(**out)
 
 
 def _job_finished(path):
