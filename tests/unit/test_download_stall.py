@@ -9,7 +9,7 @@ from glmops.commands.download import PROGRESS_TASK, ProgressPrinter
 
 
 def _poll(host: str, stalls: list[dict], plain_http: bool = False) -> dict:
-    return {"event": "runner_retry", "event_data": {"task": PROGRESS_TASK, "host": host, "res": {
+    return {"event": "runner_retry", "event_data": {"task": PROGRESS_TASK, "host": host, "res": {"glmops_event": PROGRESS_TASK,
         "state": "running", "bytes_done": 10, "bytes_total": 100, "percent": 10.0, "rate_bps": 0,
         "stalls": stalls, "plain_http": plain_http}}}
 
