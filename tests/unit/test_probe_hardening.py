@@ -101,3 +101,52 @@ def test_a_runaway_template_is_stopped_with_a_template_problem(tmp_path, templat
     problems = _timed(lambda: _problems(write_inventory(tmp_path / "inv", gv)))
     assert [p.code for p in problems] == ["TEMPLATE"], problems
     assert needle in problems[0].message and "glmops_served_model_name" in problems[0].message
+
+
+# ------------------------------------------------------------- 4. Vault values never leak
+
+
+def _vaulted_inventory(tmp_path: Path, monkeypatch, plain: str, **lines: str) -> Path:
+    """vllm_b200_disagg with ``my_secret`` an inline !vault value of ``plain`` and each of
+    ``lines`` (variable: YAML text) appended to group_vars/all.yml."""
+    import ansible.constants as C
+
+    pw = tmp_path / "vault-pw"
+    pw.write_text("probe-vault-pw\n")
+    vaulted = subprocess.run([str(BIN / "ansible-vault"), "encrypt_string", "--vault-password-file", str(pw), plain,
+                              "--name", "x"], capture_output=True, text=True, check=True).stdout
+    gv = vllm_b200_disagg()
+    for key in lines:
+        gv.pop(key, None)
+    inv = write_inventory(tmp_path / "inv", gv)
+    block = vaulted.split("x: ", 1)[1].replace("\n", "\n  ")
+    with open(inv / "group_vars" / "all.yml", "a") as fh:
+        fh.write(f"my_secret: {block}\n")
+        for key, text in lines.items():
+            fh.write(f"{key}: {text}\n")
+    monkeypatch.setattr(C, "DEFAULT_VAULT_PASSWORD_FILE", str(pw))
+    return inv
+
+
+def test_a_vault_served_model_name_is_secret_in_argv_and_never_shown(tmp_path, monkeypatch):
+    inv = _vaulted_inventory(tmp_path, monkeypatch, "SUPERSECRETvaultname", glmops_served_model_name='"{{ my_secret }}"')
+    dep = load_deployment(inv)
+    plan, problems = rules.validate(dep)
+    bad = [p for p in problems if p.code == "SECRET_IN_ARGV"]
+    assert bad and "glmops_served_model_name" in bad[0].path + bad[0].message, problems
+    assert all("SUPERSECRETvaultname" not in str(p) for p in problems)
+
+
+def test_a_token_shaped_served_model_name_is_secret_in_argv(tmp_path):
+    token = "hf_" + "Q" * 34
+    problems = _problems(write_inventory(tmp_path / "inv", vllm_b200_disagg(glmops_served_model_name=token)))
+    assert "SECRET_IN_ARGV" in [p.code for p in problems], problems
+    assert all(token not in str(p) for p in problems)
+
+
+@pytest.mark.parametrize("variable", ["glmops_engine", "glmops_deployment", "glmops_model"])
+def test_a_vault_value_is_redacted_from_every_problem(tmp_path, monkeypatch, variable):
+    inv = _vaulted_inventory(tmp_path, monkeypatch, "hfMAXSECRET", **{variable: '"{{ my_secret }}"'})
+    problems = _problems(inv)
+    assert problems and all("hfMAXSECRET" not in str(p) for p in problems), problems
+    assert any("<redacted>" in str(p) for p in problems), problems
