@@ -150,3 +150,48 @@ def test_a_vault_value_is_redacted_from_every_problem(tmp_path, monkeypatch, var
     problems = _problems(inv)
     assert problems and all("hfMAXSECRET" not in str(p) for p in problems), problems
     assert any("<redacted>" in str(p) for p in problems), problems
+
+
+# ------------------------------------------- 5. a bad -e or Vault password source: exit 2 first
+
+
+def _no_host(monkeypatch):
+    import ansible_runner
+
+    monkeypatch.setattr(ansible_runner, "run", lambda *a, **k: pytest.fail("ansible-runner was started"))
+
+
+@pytest.mark.parametrize("verb", ["deploy", "known-hosts", "validate"])
+@pytest.mark.parametrize("arg,needle", [("{junk", "'{junk'"), ("@/nonexistent/x.yml", "/nonexistent/x.yml"),
+                                        ("[1, 2]", "'[1, 2]'")])
+def test_a_bad_extra_vars_argument_exits_2_naming_it_before_any_run(tmp_path, monkeypatch, verb, arg, needle):
+    _no_host(monkeypatch)
+    import glmops.commands.hostkeys as hostkeys
+
+    monkeypatch.setattr(hostkeys, "subprocess", None, raising=False)  # ssh-keyscan would fail loudly
+    monkeypatch.setenv("GLMOPS_RUNS_DIR", str(tmp_path / "runs"))
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = CliRunner().invoke(main, [verb, "-i", str(inv), "-e", arg])
+    assert r.exit_code == 2, r.output
+    assert "EXTRA_VARS" in r.output and needle in r.output and "group_vars" not in r.output, r.output
+
+
+def test_ask_vault_pass_without_input_exits_2(tmp_path):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = CliRunner().invoke(main, ["validate", "-i", str(inv), "--ask-vault-pass"], input="")
+    assert r.exit_code == 2 and "--ask-vault-pass" in r.output and "Aborted" not in r.output, r.output
+
+
+def test_a_vault_password_fifo_or_hanging_script_exits_2_naming_it(tmp_path, monkeypatch):
+    from glmops import ansible_options
+
+    monkeypatch.setattr(ansible_options, "PASSWORD_SCRIPT_SECONDS", 1)
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    fifo = tmp_path / "pw-fifo"
+    os.mkfifo(fifo)
+    script = tmp_path / "pw-script"
+    script.write_text("#!/bin/sh\nsleep 600\n")
+    script.chmod(0o755)
+    for source in (fifo, script):
+        r = _timed(lambda: CliRunner().invoke(main, ["validate", "-i", str(inv), "--vault-password-file", str(source)]))
+        assert r.exit_code == 2 and str(source) in r.output, r.output
