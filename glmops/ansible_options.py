@@ -137,14 +137,81 @@ def vault_secrets(loader: Any, options: AnsibleOptions | None = None) -> list:
             and not C.DEFAULT_VAULT_IDENTITY_LIST:
         secrets: list = []
     else:
-        secrets = CLI.setup_vault_secrets(loader, vault_ids=list(options.vault_ids), vault_password_files=files,
-                                          ask_vault_pass=False, auto_prompt=False, initialize_context=False)
+        _check_password_sources(files + [vid.split("@", 1)[-1] for vid in options.vault_ids]
+                                + [C.DEFAULT_VAULT_PASSWORD_FILE or ""]
+                                + [vid.split("@", 1)[-1] for vid in (C.DEFAULT_VAULT_IDENTITY_LIST or ())])
+        with _bounded_password_scripts():
+            secrets = CLI.setup_vault_secrets(loader, vault_ids=list(options.vault_ids), vault_password_files=files,
+                                              ask_vault_pass=False, auto_prompt=False, initialize_context=False)
     loader.set_vault_secrets(secrets)
     if ctx is None:  # ansible-core's one process-wide context (initialize() works once)
         VaultSecretsContext.initialize(VaultSecretsContext(secrets))
     else:
         ctx.secrets = secrets
     return secrets
+
+
+#: seconds a Vault password script (``--vault-password-file``/``--vault-id`` executable) may take
+PASSWORD_SCRIPT_SECONDS = 10
+
+
+def _check_password_sources(paths: list[str]) -> None:
+    """A Vault password source that is a FIFO (reading it would block until some writer comes)
+    raises AnsibleError naming it."""
+    import stat
+
+    from ansible.errors import AnsibleError
+
+    for path in paths:
+        if not path or path == "prompt":
+            continue
+        try:
+            mode = os.stat(os.path.expanduser(path)).st_mode
+        except OSError:
+            continue  # missing: Ansible's own error names it
+        if stat.S_ISFIFO(mode) or not (stat.S_ISREG(mode)):
+            raise AnsibleError(f"the Vault password file {path} is not a regular file (a FIFO or device would "
+                               "block the read)")
+
+
+@contextlib.contextmanager
+def _bounded_password_scripts() -> Iterator[None]:
+    """Vault password scripts run with a time limit (PASSWORD_SCRIPT_SECONDS): one that does not
+    answer is killed and raises AnsibleError naming it (ansible-core waits for ever)."""
+    import subprocess
+
+    from ansible.errors import AnsibleError
+    from ansible.parsing import vault
+
+    originals = {cls: cls.__dict__["_run"] for cls in (vault.ScriptVaultSecret, vault.ClientScriptVaultSecret)
+                 if "_run" in cls.__dict__}
+
+    def _run(self: Any, command: Any) -> Any:  # ansible-core's, with a time limit
+        client = isinstance(self, vault.ClientScriptVaultSecret)
+        try:
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE if client else None)
+        except OSError as exc:
+            raise AnsibleError(f"Problem running vault password script {self.filename} ({exc}). If this is not a "
+                               "script, remove the executable bit from the file.") from None
+        try:
+            stdout, stderr = proc.communicate(timeout=PASSWORD_SCRIPT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # its own children may keep the pipe open: close it, do not read it to the end
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+            raise AnsibleError(f"the Vault password script {self.filename} did not answer within "
+                               f"{PASSWORD_SCRIPT_SECONDS} s and was stopped") from None
+        return stdout, stderr, proc
+
+    for cls, original in originals.items():
+        setattr(cls, "_run", _run)
+    try:
+        yield
+    finally:
+        for cls, original in originals.items():
+            setattr(cls, "_run", original)
 
 
 #: glmops' own plugin and role directories (relative to the repository) and the Ansible setting

@@ -38,6 +38,7 @@ from glmops.model import (
     Problem,
     RouterSpec,
     ValidationError,
+    clip,
     is_secret,
 )
 
@@ -159,7 +160,7 @@ def shown(path: str, value: Any) -> str:
     the value is one (``glmops.model.is_secret``: a URL with a password, a token, a value read
     from Ansible Vault)."""
     name = path.rsplit(":", 1)[-1]  # the variable path, not the file's (a directory may say "secret")
-    return "<redacted>" if is_secret(name, value, _VAULTED) else repr(value)
+    return "<redacted>" if is_secret(name, value, _VAULTED) else clip(repr(value))
 
 
 #: plain values of the Vault-encrypted variables read by the last load_deployment (secret by value)
@@ -295,6 +296,7 @@ class _Vars:
 
         self.inventory, self.loader, self.root = inventory, loader, root
         self._cache: dict[str, dict] = {}
+        self.template_seconds = 0.0  # spent rendering Jinja (bounded: TEMPLATE_TOTAL_SECONDS)
         if hostvars is None:
             from ansible.vars.manager import VariableManager
 
@@ -384,13 +386,178 @@ class _Vars:
             return value
         from ansible.template import Templar
 
+        budget = min(TEMPLATE_SECONDS, TEMPLATE_TOTAL_SECONDS - self.template_seconds)
+        if budget <= 0:
+            r.problem("TEMPLATE", where, f"the Jinja template in {key} was not rendered for host {host.name}: the "
+                      f"inventory's templates already took {TEMPLATE_TOTAL_SECONDS:g} s; accepted: templates that "
+                      "render at once", "write the values out instead of computing them")
+            return None
+        templar = Templar(loader=self.loader, variables=self._full(host))
+        guard = _TemplateGuard(templar, budget)
+        error: BaseException | None = None
+        out: Any = None
         try:
-            return Templar(loader=self.loader, variables=self._full(host)).template(value)
-        except AnsibleError as exc:
+            with guard:
+                out = templar.template(value)
+                big = _oversized(out)
+        except (Exception, _TemplateTimeout) as exc:  # noqa: BLE001 - whatever a template raised: a problem
+            error = exc
+        finally:
+            self.template_seconds += guard.elapsed
+        if guard.lookups:
+            # never evaluated (the guard refused the call), so no value of it can be shown
+            used = ", ".join(dict.fromkeys(f"lookup({name!r})" for name in guard.lookups))
+            r.problem("TEMPLATE", where, f"{key} uses {used}, and lookups are not evaluated by glmops (they would run "
+                      "commands, read files or the environment on this machine while only reading the inventory); "
+                      "accepted: a literal value, a Vault value, or Jinja over other variables",
+                      "put the value itself (or a !vault value) in the inventory or pass it with -e")
+            return None
+        if guard.timed_out or isinstance(error, _TemplateTimeout):
+            r.problem("TEMPLATE", where, f"the Jinja template in {key} took longer than {budget:g} s to render for "
+                      f"host {host.name} and was stopped; accepted: a template that renders at once (at most "
+                      f"{TEMPLATE_SECONDS:g} s)", "write the value out instead of computing it")
+            return None
+        if guard.refused or isinstance(error, MemoryError):
+            r.problem("TEMPLATE", where, f"the Jinja template in {key} would build a value larger than "
+                      f"{MAX_TEMPLATE_CHARS:,} characters (or items) for host {host.name}; accepted: at most "
+                      f"{MAX_TEMPLATE_CHARS:,}", "write the value out instead of computing it")
+            return None
+        if error is not None:
+            message = _first_line(error) if isinstance(error, AnsibleError) else f"{type(error).__name__}: {error}"
             r.problem("TEMPLATE", where, f"the Jinja template in {key} cannot be rendered for host {host.name}: "
-                      f"{_first_line(exc)}; accepted: a template over defined variables, or plain text",
+                      f"{clip(message, 200)}; accepted: a template over defined variables, or plain text",
                       "define the variable it uses (inventory, group_vars, -e) or quote the text with {% raw %}")
             return None
+        if big:
+            r.problem("TEMPLATE", where, f"the Jinja template in {key} renders to {big:,} characters (or items) for "
+                      f"host {host.name}; accepted: at most {MAX_TEMPLATE_CHARS:,}",
+                      "write the value out instead of computing it")
+            return None
+        return out
+
+
+#: seconds one value's Jinja may take on the controller, and all of one read's together
+TEMPLATE_SECONDS = 2.0
+TEMPLATE_TOTAL_SECONDS = 6.0
+#: characters (or items) a rendered value, a ``range()`` or a ``*`` in a template may have
+MAX_TEMPLATE_CHARS = 1_000_000
+#: bits a ``**`` in a template may produce
+_MAX_POW_BITS = 65_536
+
+
+class _TemplateTimeout(BaseException):
+    """Raised by the guard's timer in the middle of a template (not an Exception: Jinja and
+    Ansible do not turn it into a value)."""
+
+
+class _TemplateRefused(Exception):
+    """A lookup or an over-sized ``range``/``*``/``**`` refused by :class:`_TemplateGuard`."""
+
+
+class _TemplateGuard:
+    """Controller-side templating for glmops' own read of the inventory, around one
+    ``Templar.template`` call:
+
+    * no lookup runs: ansible-core 2.19 evaluates ``lookup()``/``query()``/``q()`` (also inside
+      other variables a template uses) through ``_jinja_plugins._invoke_lookup``, which is
+      replaced by a refusal for the call (the ``disable_lookups`` argument of ``template`` is a
+      deprecated no-op there); every refused name is in :attr:`lookups`;
+    * ``range()``, ``*`` and ``**`` are bounded on the template's environment (Jinja's sandbox
+      hooks: the ``range`` global, ``intercepted_binops`` + ``call_binop``); a refusal sets
+      :attr:`refused`;
+    * in the main thread, a timer (``signal.setitimer``) stops the template after ``budget``
+      seconds (:attr:`timed_out`).
+    """
+
+    def __init__(self, templar: Any, budget: float) -> None:
+        self.templar, self.budget = templar, budget
+        self.lookups: list[str] = []
+        self.refused = self.timed_out = False
+        self.elapsed = 0.0
+        self._undo: list[Callable[[], None]] = []
+
+    def _refuse_lookup(self, *, plugin_name: str, lookup_terms: Any = None, lookup_kwargs: Any = None,
+                       invoked_as_with: bool = False) -> Any:
+        self.lookups.append(str(plugin_name))
+        raise _TemplateRefused(f"lookup({plugin_name!r}) is not evaluated by glmops")
+
+    def _range(self, *args: Any) -> range:
+        rng = range(*args)
+        if len(rng) > MAX_TEMPLATE_CHARS:
+            self.refused = True
+            raise _TemplateRefused(f"range() of {len(rng):,} items")
+        return rng
+
+    def _binop(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def call_binop(context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if isinstance(seq, (str, bytes, list, tuple)) and isinstance(n, int) \
+                            and len(seq) * n > MAX_TEMPLATE_CHARS:
+                        self.refused = True
+                        raise _TemplateRefused("a repetition too large")
+            elif operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 \
+                    and abs(left) > 1 and left.bit_length() * right > _MAX_POW_BITS:
+                self.refused = True
+                raise _TemplateRefused("a power too large")
+            return original(context, operator, left, right)
+
+        return call_binop
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        self.timed_out = True
+        raise _TemplateTimeout()
+
+    def __enter__(self) -> "_TemplateGuard":
+        import signal
+        import threading
+        import time
+
+        self._start = time.monotonic()
+        try:
+            from ansible._internal._templating import _jinja_plugins  # ansible-core >= 2.19
+
+            original = _jinja_plugins._invoke_lookup
+            _jinja_plugins._invoke_lookup = self._refuse_lookup
+            self._undo.append(lambda: setattr(_jinja_plugins, "_invoke_lookup", original))
+        except (ImportError, AttributeError):  # pragma: no cover - another ansible-core: no lookup is allowed
+            raise RuntimeError("glmops cannot disable Jinja lookups with this ansible-core") from None
+        try:
+            env = self.templar._engine.environment
+            env.globals["range"] = self._range
+            env.intercepted_binops = frozenset(env.intercepted_binops) | {"*", "**"}
+            env.call_binop = self._binop(type(env).call_binop.__get__(env))
+        except AttributeError:  # pragma: no cover - the timer still bounds the time
+            pass
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, max(self.budget, 0.01))
+
+            def stop() -> None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+
+            self._undo.append(stop)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import time
+
+        while self._undo:
+            self._undo.pop()()
+        self.elapsed = time.monotonic() - self._start
+
+
+def _oversized(value: Any) -> int:
+    """The size of the largest string or list under ``value`` when over MAX_TEMPLATE_CHARS, else 0."""
+    for item in [value, *_leaves(value)] if isinstance(value, (dict, list, tuple)) else [value]:
+        try:
+            size = len(item) if isinstance(item, (str, bytes, list, tuple, dict)) else 0
+        except Exception:  # noqa: BLE001
+            size = 0
+        if size > MAX_TEMPLATE_CHARS:
+            return size
+    return 0
 
 
 def _error_file(exc: BaseException) -> str | None:

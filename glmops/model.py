@@ -48,14 +48,38 @@ SECRET_NAME = re.compile(
 HUB_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
 #: a value that is a secret whatever its name: a URL with a password (``scheme://user:pass@host``),
 #: a Hugging Face or OpenAI-style token, a PEM private key
+#: Linear time on any input (a 100,000-character value): a scheme starts only where no scheme
+#: character precedes it, and every repetition is possessive (``*+``, ``++``), so no start position
+#: rescans what another one already did (catastrophic backtracking, issue: adversarial probe item 3).
 SECRET_VALUE = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|(^|[^A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,})"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*+://[^/\s:@]*+:[^/\s@]++@"
+    r"|(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{30,}+|sk-[A-Za-z0-9_-]{20,}+)"
+    r"|-----BEGIN [A-Z ]*+(?<=PRIVATE KEY)-----")
 
 
 _SECRET_VALUE_TOKEN = re.compile(
-    r"(?<=://)[^/\s:@'\"]*:[^/\s@'\"]+(?=@)|hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[^'\"]*")
+    r"(?<=://)[^/\s:@'\"]*+:[^/\s@'\"]++(?=@)|hf_[A-Za-z0-9]{30,}+|sk-[A-Za-z0-9_-]{20,}+"
+    r"|-----BEGIN [A-Z ]*+(?<=PRIVATE KEY)-----[^'\"]*+")
+
+
+#: how much of a long value a problem message shows (:func:`clip`)
+CLIP_CHARS = 80
+#: a quoted value in a message (a ``repr``): linear, the two alternatives never overlap
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*+'|\"(?:[^\"\\]|\\.)*+\"")
+
+
+#: a quoted span of a problem's text longer than this is a value, shortened by Problem
+_CLIP_QUOTED = 400
+
+
+def clip(text: str, limit: int = CLIP_CHARS) -> str:
+    """``text`` when at most ``limit`` characters, else its first ``limit`` characters and
+    ``…(N chars)`` (a ``repr`` keeps its closing quote): a 100,000-character value is not
+    repeated whole in a problem."""
+    if len(text) <= limit + 16:
+        return text
+    quote = text[0] if len(text) > 1 and text[0] in "'\"" and text[-1] == text[0] else ""
+    return f"{text[:limit]}…{quote}({len(text):,} chars)"
 
 
 def _scrub(text: str) -> str:
@@ -111,11 +135,15 @@ class Problem:
 
     def __post_init__(self) -> None:
         # a value that is a secret by its shape (a URL with a password, a token) is never
-        # repeated in a problem, whichever rule quotes it
+        # repeated in a problem, whichever rule quotes it; a huge quoted value is shortened
         for name in ("path", "message", "hint"):
             text = getattr(self, name)
             if isinstance(text, str) and SECRET_VALUE.search(text):
-                object.__setattr__(self, name, _scrub(text))
+                text = _scrub(text)
+            if isinstance(text, str) and len(text) > _CLIP_QUOTED:
+                # a quoted value longer than any sentence (not an apostrophe of the prose to a quote)
+                text = _QUOTED.sub(lambda m: clip(m.group(0)) if len(m.group(0)) > _CLIP_QUOTED else m.group(0), text)
+            object.__setattr__(self, name, text)
 
     def __str__(self) -> str:
         text = f"[{self.code}] {self.path}: {self.message}"

@@ -28,7 +28,7 @@ from glmops.engines.problems import (  # noqa: F401  (the old private names stay
     argv_value as _argv_value, as_int as _as_int, canon as _canon, deep_merge as _deep_merge, dig as _dig,
     few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src)
 from glmops.engines.registry import RuleFacts
-from glmops.model import Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths
+from glmops.model import SECRET_VALUE, Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths
 from glmops.variables import CHECKPOINT_KEYS, MAX_PARALLEL, VARIABLES  # noqa: F401  (one source)
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -1159,10 +1159,85 @@ def check_plan(plan: Plan, dep: Deployment | None = None) -> list[Problem]:
                         _problem(out, "ADVERTISE_ADDRESS", f"service {svc.name}",
                                  f"{svc.name} advertises VLLM_NIXL_SIDE_CHANNEL_HOST={svc.env['VLLM_NIXL_SIDE_CHANNEL_HOST']!r} "
                                  f"on host {host}; accepted: {want!r}")
+    _check_argv_secrets(plan, dep, out)
     spec = registry.find(plan.engine)
     if spec is not None and spec.plan_rules is not None:
         out += spec.plan_rules(plan, dep)
     return _dedupe(out)
+
+
+def _secret_in(word: str, secrets: Iterable[str]) -> str | None:
+    """The secret ``word`` carries: a SECRET_VALUE shape, or a Vault plain text (whole word, or
+    inside it when at least 4 characters long); None when it carries none."""
+    found = SECRET_VALUE.search(word)
+    if found:
+        return found.group(0)
+    for secret in secrets:
+        if secret and (word == secret or (len(secret) >= 4 and secret in word)):
+            return secret
+    return None
+
+
+def _secret_variable(dep: Deployment | None, secret: str) -> str | None:
+    """The inventory path of the deployment value that holds ``secret`` (a field, or an entry of
+    a mapping field), or None."""
+    if dep is None:
+        return None
+    import dataclasses
+
+    for f in dataclasses.fields(dep):
+        if f.name in ("sources", "problems", "secret_values", "raw_variables"):
+            continue
+        value = getattr(dep, f.name)
+        items = [("", value)] if isinstance(value, str) else \
+            [(f".{k}", v) for k, v in value.items()] if isinstance(value, dict) else []
+        for sub, item in items:
+            if isinstance(item, str) and secret in item:
+                return dep.sources.get(f"{f.name}{sub}") or dep.sources.get(f.name) or f"glmops_{f.name}"
+    return None
+
+
+def _check_argv_secrets(plan: Plan, dep: Deployment | None, out: list[Problem]) -> None:
+    """Every service's whole command line (argv lands in unit files and /proc): a word that
+    carries a secret (a Vault value, a token, a URL with a password) is SECRET_IN_ARGV, naming the
+    service and the variable it came from, never the value."""
+    secrets = sorted(dep.secret_values or (), key=len, reverse=True) if dep is not None else []
+    reported: set[tuple[str, str]] = set()
+    for svc in plan.services:
+        for word in svc.argv or []:
+            secret = _secret_in(str(word), secrets)
+            if secret is None:
+                continue
+            variable = _secret_variable(dep, secret)
+            key = (svc.name, variable or "")
+            if key in reported:
+                continue
+            reported.add(key)
+            _problem(out, "SECRET_IN_ARGV", variable or f"service {svc.name}",
+                     f"{svc.name} would carry a secret (a Vault value, a token or a URL with a password"
+                     f"{', from ' + variable if variable else ''}) on its command line (argv, unit file, "
+                     "/proc); accepted: secrets only through the environment",
+                     "use a plain value there; put secrets in glmops_env (a 0600 env file), e.g. from Ansible Vault")
+
+
+def redacted(problems: Iterable[Problem], secrets: Iterable[str]) -> list[Problem]:
+    """``problems`` with every Vault plain text in ``secrets`` (at least 4 characters, or the whole
+    quoted value) replaced by ``<redacted>`` in path, message and hint."""
+    values = sorted((s for s in secrets if s), key=len, reverse=True)
+    if not values:
+        return list(problems)
+    out = []
+    for p in problems:
+        fields = []
+        for text in (p.path, p.message, p.hint):
+            for secret in values:
+                if len(secret) >= 4:
+                    text = text.replace(secret, "<redacted>")
+                else:
+                    text = text.replace(repr(secret), "<redacted>")
+            fields.append(text)
+        out.append(p if fields == [p.path, p.message, p.hint] else Problem(p.code, *fields))
+    return out
 
 
 # ----------------------------------------------------------------------------- validate
@@ -1175,6 +1250,12 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     attempted when the catalog keys are known; its own ValidationError problems are added,
     except placement problems for a pool already reported by :func:`check`.
     """
+    plan, problems = _validate(dep)
+    # one place: no Vault plain text leaves validate in a problem, whichever rule quoted it
+    return plan, redacted(problems, dep.secret_values or ())
+
+
+def _validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     problems = check(dep)
     if any(p.code == "CATALOG_KEY" for p in problems):
         return None, problems
@@ -1203,5 +1284,5 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     return plan, _dedupe(problems)
 
 
-_PLAN_REPEATS = {"BLOCK_REUSE_SNAPSHOT", "CUDA_GRAPH_BATCH", "CONTEXT_WORKER_CONFIG", "GPU_OVERLAP", "GPU_INDEX",
+_PLAN_REPEATS = {"SECRET_IN_ARGV", "BLOCK_REUSE_SNAPSHOT", "CUDA_GRAPH_BATCH", "CONTEXT_WORKER_CONFIG", "GPU_OVERLAP", "GPU_INDEX",
                  "F05_PORT_COLLISION"}

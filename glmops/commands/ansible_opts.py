@@ -25,20 +25,77 @@ import tempfile
 import click
 
 from glmops.ansible_options import AnsibleOptions, using
+from glmops.model import Problem, ValidationError, clip
 
 _NAMES = ("extra_vars", "vault_ids", "vault_password_files", "ask_vault_pass")
 
 
 def _password_file(tmpdir: list[str], label: str) -> str:
-    """Prompt for one Vault password; write it to a 0600 file; return the path."""
+    """Prompt for one Vault password; write it to a 0600 file; return the path. No password to
+    read (stdin at its end, no terminal) raises ValidationError (exit 2, nothing run)."""
+    import warnings
+
     if not tmpdir:
         tmpdir.append(tempfile.mkdtemp(prefix="glmops-vault-"))  # mode 0700
-    secret = click.prompt(f"Vault password{f' ({label})' if label else ''}", hide_input=True, err=True)
+    option = f"--vault-id {label}@prompt" if label else "--ask-vault-pass"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # getpass' GetPassWarning without a terminal: the problem says it
+            secret = click.prompt(f"Vault password{f' ({label})' if label else ''}", hide_input=True, err=True)
+    except (click.Abort, EOFError):
+        raise ValidationError([Problem(
+            "VAULT", option, f"{option} could not read a Vault password: the input ended (no terminal, or stdin "
+            "at its end); accepted: a password typed at the prompt",
+            "run it in a terminal, or pass --vault-password-file FILE (or --vault-id LABEL@FILE)")]) from None
     path = os.path.join(tmpdir[0], f"pw-{len(os.listdir(tmpdir[0]))}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(secret + "\n")
     return path
+
+
+_ACCEPTED_E = "key=value words, a YAML/JSON mapping ({...}), or @FILE of a readable YAML/JSON mapping"
+
+
+def check_extra_vars(extra: tuple[str, ...]) -> None:
+    """Parse every ``-e`` argument as ``ansible-playbook`` would (``glmops.ansible_options.extra_vars``);
+    raise ValidationError (exit 2) with one EXTRA_VARS problem per bad argument, naming it: an
+    ``@FILE`` that does not exist or is not a regular file, YAML/JSON that does not parse, data
+    that is not a mapping. A Vault-encrypted ``@FILE`` is only checked to exist (its secret is
+    loaded with the inventory's)."""
+    if not extra:
+        return
+    from ansible.parsing.dataloader import DataLoader
+
+    from glmops.ansible_options import extra_vars
+
+    problems = []
+    for opt in extra:
+        shown = clip(repr(opt))
+        if opt.startswith("@"):
+            path = opt[1:]
+            if not os.path.isfile(path):
+                what = "is a FIFO or not a regular file" if os.path.exists(path) else "does not exist"
+                problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars file {path!r} of -e {shown} "
+                                        f"{what}; accepted: {_ACCEPTED_E}", "check the path after '@'"))
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    if fh.read(64).lstrip().startswith(b"$ANSIBLE_VAULT"):
+                        continue
+            except OSError as exc:
+                problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars file {path!r} of -e {shown} "
+                                        f"cannot be read ({exc.strerror}); accepted: {_ACCEPTED_E}"))
+                continue
+        try:
+            extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
+        except Exception as exc:  # noqa: BLE001 - AnsibleParserError, AnsibleOptionsError, ...
+            first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+            problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars argument -e {shown} cannot be read "
+                                    f"({clip(first, 200)}); accepted: {_ACCEPTED_E}",
+                                    "this is the -e/--extra-vars argument, not the inventory: fix or quote it"))
+    if problems:
+        raise ValidationError(problems)
 
 
 def ansible_options(fn, short_e: bool = True):
@@ -54,6 +111,7 @@ def ansible_options(fn, short_e: bool = True):
             ids = tuple(f"{vid.split('@', 1)[0]}@{_password_file(tmpdir, vid.split('@', 1)[0])}"
                         if vid.endswith("@prompt") or vid == "prompt" else vid for vid in ids)
             files = tuple(files) + ((_password_file(tmpdir, ""),) if ask else ())
+            check_extra_vars(tuple(extra))  # a bad -e ends here, before any read or run (exit 2)
             with using(AnsibleOptions(extra_vars=tuple(extra), vault_ids=ids, vault_password_files=files)) as opts:
                 if extra:  # a run-control variable (glmops_plan_handoff, ...) in -e: exit 2, before any run
                     from glmops.planning import refuse_run_variables
