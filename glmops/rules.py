@@ -1249,19 +1249,15 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     Returns ``(plan, problems)``; ``plan`` is None when it could not be built. A plan is only
     attempted when the catalog keys are known; its own ValidationError problems are added,
     except placement problems for a pool already reported by :func:`check`.
+    No Vault plain text leaves it in a problem, whichever rule quoted it (:func:`redacted`, one place).
     """
-    plan, problems = _validate(dep)
-    # one place: no Vault plain text leaves validate in a problem, whichever rule quoted it
-    return plan, redacted(problems, dep.secret_values or ())
-
-
-def _validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
+    secrets = dep.secret_values or ()
     problems = check(dep)
     if any(p.code == "CATALOG_KEY" for p in problems):
-        return None, problems
+        return None, redacted(problems, secrets)
     if any(_bad_sizes(pool) for pool in dep.pools) or \
             any(p.code == "PARALLELISM" for p in dep.problems or []):
-        return None, problems  # out-of-range sizes (the loader's or ours): placing them would not end
+        return None, redacted(problems, secrets)  # out-of-range sizes (the loader's or ours): placing them would not end
     plan = None
     try:
         plan = plan_mod.build(dep)
@@ -1281,7 +1277,7 @@ def _validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
         said = {p.code for p in problems}
         problems += [p for p in check_plan(plan, dep) if p.code not in said or p.code not in _PLAN_REPEATS]
         problems += monitoring.check(dep, plan)  # Prometheus' / the exporters' ports against the Plan's (F05)
-    return plan, _dedupe(problems)
+    return plan, redacted(_dedupe(problems), secrets)
 
 
 _PLAN_REPEATS = {"SECRET_IN_ARGV", "BLOCK_REUSE_SNAPSHOT", "CUDA_GRAPH_BATCH", "CONTEXT_WORKER_CONFIG", "GPU_OVERLAP", "GPU_INDEX",
