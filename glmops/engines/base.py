@@ -221,6 +221,13 @@ def _settings_for(dep: Deployment, pool: PoolSpec) -> Settings:
     )
 
 
+def setting_flags(st: "Settings", names: dict[str, str]) -> dict[str, Any]:
+    """``{flag: value}`` for each Settings attribute named in ``names`` (attribute -> the engine's
+    flag) that is set (not None), in ``names``' order: the limits every engine spells its own way
+    (``max_seq_len``, ``max_batch_size``, ``max_num_tokens``)."""
+    return {flag: getattr(st, attr) for attr, flag in names.items() if getattr(st, attr) is not None}
+
+
 def engine_kv_dtype(engine_key: str, value: str) -> str:
     """Map a glmops KV dtype name to the engine's spelling (catalog ``kv_cache_dtype.aliases``)."""
     aliases = (CATALOG.engine(engine_key).get("kv_cache_dtype") or {}).get("aliases") or {}

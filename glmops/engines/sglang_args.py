@@ -82,12 +82,8 @@ def engine_args(ctx: Ctx, pool: PoolSpec, pl: Placement, st: Settings, ports: di
     kv = base.engine_kv_dtype(ENGINE, st.kv_cache_dtype)
     if kv != "auto":
         derived["kv-cache-dtype"] = kv
-    if st.max_seq_len is not None:
-        derived["context-length"] = st.max_seq_len
-    if st.max_batch_size is not None:
-        derived["max-running-requests"] = st.max_batch_size
-    if st.max_num_tokens is not None:
-        derived["chunked-prefill-size"] = st.max_num_tokens
+    derived.update(base.setting_flags(st, {"max_seq_len": "context-length", "max_batch_size": "max-running-requests",
+                                            "max_num_tokens": "chunked-prefill-size"}))
     derived.update(speculative_args(st))
     if st.parsers:
         parsers = CATALOG.parsers(dep.model, "dynamo" if dynamo else ENGINE)

@@ -96,12 +96,8 @@ def engine_args(ctx: Ctx, pool: PoolSpec, pl: Placement, st: Settings, *, dynamo
     kv = base.engine_kv_dtype(ENGINE, st.kv_cache_dtype)
     if kv != "auto":
         derived["kv-cache-dtype"] = kv
-    if st.max_seq_len is not None:
-        derived["max-model-len"] = st.max_seq_len
-    if st.max_batch_size is not None:
-        derived["max-num-seqs"] = st.max_batch_size
-    if st.max_num_tokens is not None:
-        derived["max-num-batched-tokens"] = st.max_num_tokens
+    derived.update(base.setting_flags(st, {"max_seq_len": "max-model-len", "max_batch_size": "max-num-seqs",
+                                            "max_num_tokens": "max-num-batched-tokens"}))
     spec = speculative_config(st)
     if spec:
         derived["speculative-config"] = spec
