@@ -82,6 +82,28 @@ def test_a_unit_past_its_start_limit_fails_at_once_naming_signal_and_first_error
     assert row["first_error"].endswith("Worker proc VllmWorker-0 died unexpectedly")
 
 
+# journalctl -u of a unit that an earlier deploy ran and stopped: its errors come before this run's start
+EARLIER_RUN = """2026-12-01T09:00:00+0000 lab-1 systemd[1]: Started glm-x-agg-0.service - glmops x agg.
+2026-12-01T09:00:05+0000 lab-1 glm-x-agg-0[7]: ERROR 12-01 09:00:05 engine core failed: an earlier run's error
+2026-12-01T09:05:00+0000 lab-1 systemd[1]: glm-x-agg-0.service: Main process exited, code=killed, status=15/TERM
+2026-12-01T09:05:00+0000 lab-1 systemd[1]: glm-x-agg-0.service: Failed with result 'signal'.
+"""
+
+
+def test_first_error_reads_only_the_last_start_of_the_unit(hc):
+    """CI (session 5): the gate named an error of the unit's earlier run; only lines from the last
+    "systemd[1]: Started" on count, the engine's own first, then systemd's."""
+    assert hc.first_error(EARLIER_RUN + JOURNAL).endswith("Worker proc VllmWorker-0 died unexpectedly")
+    double = EARLIER_RUN + (
+        "2026-12-02T05:28:25+0000 lab-1 systemd[1]: Started glm-x-agg-0.service - glmops x agg.\n"
+        "2026-12-02T05:28:26+0000 lab-1 glm-x-agg-0[5357]: trtllm-serve double: dying at start (ILL)\n"
+        "2026-12-02T05:28:26+0000 lab-1 systemd[1]: glm-x-agg-0.service: Main process exited, code=killed, status=4/ILL\n"
+        "2026-12-02T05:28:36+0000 lab-1 systemd[1]: glm-x-agg-0.service: Start request repeated too quickly.\n")
+    assert hc.first_error(double).endswith("Main process exited, code=killed, status=4/ILL")
+    # no Started line kept (the tail cut it off): every line counts
+    assert "earlier run's error" in hc.first_error(EARLIER_RUN.split("\n", 1)[1])
+
+
 def test_an_engine_that_exited_0_and_stays_down_fails_after_the_grace(hc, monkeypatch, capsys):
     """Restart=on-failure after an exit 0: inactive/dead, no restart pending (issue 12)."""
     monkeypatch.setattr(hc, "INACTIVE_GRACE_S", 0.3)

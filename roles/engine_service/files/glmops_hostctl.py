@@ -68,6 +68,7 @@ GATE_DIR = "/run/glmops-gate"
 #: a unit inactive (not failed, no restart pending) this long will not come back by itself
 INACTIVE_GRACE_S = 5.0
 #: journal lines that read like the cause of a failure (the first one is picked out)
+STARTED = re.compile(r" systemd\[\d+\]: Started ")
 ERROR_WORDS = re.compile(r"error|exception|traceback|fatal|panic|illegal instruction|segmentation fault|"
                          r"core dumped|killed|died|abort|out of memory|oom|code=(killed|dumped)|failed with result", re.IGNORECASE)
 
@@ -272,9 +273,13 @@ def journal(unit: str, lines: int = 100) -> str:
 
 
 def first_error(text: str) -> str:
-    """The first journal line that reads like an error: the engine's own lines first, then
-    systemd's ("Main process exited, code=dumped, status=4/ILL"); "" when none does."""
+    """The first journal line of the unit's last start that reads like an error: the engine's own
+    lines first, then systemd's ("Main process exited, code=dumped, status=4/ILL"); "" when none
+    does. The last start begins at the last "systemd[N]: Started" line, so errors of an earlier run
+    of the same unit (an earlier deploy, a stop) never stand in for this one."""
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("-- ")]
+    starts = [i for i, ln in enumerate(lines) if STARTED.search(ln)]
+    lines = lines[starts[-1]:] if starts else lines
     ours = [ln for ln in lines if " systemd[" not in ln]
     for group in (ours, lines):
         for line in group:
