@@ -27,6 +27,7 @@ import os
 import re
 from typing import Any, Callable
 
+from glmops import strategies
 from glmops.resources import data_root
 from glmops.model import (
     CONTROL_CHARS,
@@ -1035,6 +1036,9 @@ class _Load:
         self.v: dict[str, Any] = {}
         self.secret_values: set[str] = set()
         self.layout: dict | None = None
+        self.strategy = ""
+        self.strategy_entry: dict = {}
+        self.nodes: int | None = None
 
     def src(self, name: str) -> str:
         """Where variable ``name`` was read (``group_vars/all.yml`` when it was not set)."""
@@ -1054,7 +1058,7 @@ def _load_deployment(
     _read_variables(s, overrides or {})
     _catalog_entries(s, topology)
     hosts = _read_hosts(s)
-    pools_raw, router_raw, pools_base, router_base = _topology(s)
+    pools_raw, router_raw, pools_base, router_base = _topology(s, hosts)
     pools = _read_pools(s, pools_raw, pools_base)
     router = _read_router(s, router_raw, router_base, hosts)
     checkpoint = _read_checkpoint(s)
@@ -1107,9 +1111,19 @@ def _catalog_entries(s: _Load, topology: str | None) -> None:
     s.engine = cat.engines.get(s.engine_key) or {}
     s.hardware_key = v["glmops_hardware"] or ""
     s.hardware = cat.hardware.get(s.hardware_key) or {}
-    s.topo = topology or v["glmops_topology"] or "agg"
+    s.strategy = v["glmops_strategy"] or ""
+    s.strategy_entry = cat.strategies.get(s.strategy) or {}
+    # the topology the inventory or the CLI names; else the strategy's (seed 004: pd_cluster = disagg)
+    s.topo_named = topology or (v["glmops_topology"] if s.raw.get("glmops_topology") is not None else "")
+    s.topo = s.topo_named or s.strategy_entry.get("topology") or v["glmops_topology"] or "agg"
+    if s.strategy and not s.strategy_entry:
+        s.r.problem("CHOICE", s.src("glmops_strategy"),
+                    f"glmops_strategy {s.strategy!r} is not accepted; accepted: {', '.join(cat.strategies)}",
+                    "seeds/004_1623a49a49212f9f.txt line 18 lists the strategies")
     if topology:
         s.r.sources["glmops_topology"] = "--topology"
+    elif not s.topo_named and s.strategy_entry:
+        s.r.sources["glmops_topology"] = s.src("glmops_strategy")
 
 
 def _read_hosts(s: _Load) -> dict[str, HostSpec]:
@@ -1185,10 +1199,12 @@ def _read_host(s: _Load, host: Any, default_gpus: list[int]) -> HostSpec:
     return spec
 
 
-def _topology(s: _Load) -> tuple[Any, Any, str, str]:
+def _topology(s: _Load, hosts: dict[str, HostSpec]) -> tuple[Any, Any, str, str]:
     """The chosen topology's raw ``pools`` and ``router``: from ``glmops_topologies.<topology>``,
-    else the catalog layout for the engine, hardware, topology and model (set as ``s.layout``;
-    a Dynamo deployment without one of its own takes its backend's). Returns
+    else seed 004's ``glmops_strategy`` laid out on the workers (:func:`_strategy_pools`), else the
+    catalog layout for the engine (and the backend that runs the model), hardware, topology and
+    model (set as ``s.layout``; an engine without one of its own takes its backend's). The router
+    keeps the layout's policy when the inventory's router sets none. Returns
     ``(pools_raw, router_raw, pools_base, router_base)``, the bases being the paths problems name;
     ``pools_raw`` is not yet checked to be a mapping, ``router_raw`` is ``{}`` when unset."""
     r, v, topo = s.r, s.v, s.topo
@@ -1205,22 +1221,77 @@ def _topology(s: _Load) -> tuple[Any, Any, str, str]:
     r.unknown_keys(tdata, TOPOLOGY_KEYS, lambda k: f"{topo_path}.{k}", "topology key")
     pools_raw, router_raw, base = tdata.get("pools"), tdata.get("router"), topo_path
     router_base = topo_path
-    if pools_raw is None:
-        cat, engine_key, hardware_key = s.cat, s.engine_key, s.hardware_key
-        layout = cat.layout(engine_key, hardware_key, topo, s.model_key) if engine_key and hardware_key else None
-        if engine_key == "dynamo" and layout is None and hardware_key:
-            layout = cat.layout(v["glmops_dynamo_backend"] or "vllm", hardware_key, topo, s.model_key)
+    cat, engine_key, hardware_key = s.cat, s.engine_key, s.hardware_key
+    # an engine with worker backends (catalog `backends`: Dynamo) runs the model on glmops_dynamo_backend
+    backend = (v["glmops_dynamo_backend"] or "") if s.engine.get("backends") else engine_key
+    layout = cat.layout(engine_key, hardware_key, topo, s.model_key, backend) if engine_key and hardware_key else None
+    if pools_raw is None and s.strategy:
+        pools_raw, base = _strategy_pools(s, hosts), f"catalog recipes.yaml:strategies[{s.strategy}]"
+    elif pools_raw is None:
         s.layout = layout
         pools_raw = (layout or {}).get("pools") or {}
         if layout:
             base = f"catalog recipes.yaml:layouts[{layout['id']}]"
             r.sources["layout"] = layout.get("id", "")
-            if router_raw is None:
-                router_raw, router_base = dict(layout.get("router") or {}), base
+    if layout and router_raw is None:
+        router_raw, router_base = dict(layout.get("router") or {}), f"catalog recipes.yaml:layouts[{layout['id']}]"
+    elif layout and isinstance(router_raw, dict) and router_raw.get("policy") is None \
+            and (layout.get("router") or {}).get("policy") is not None:
+        # pools pinned in the inventory keep the recipe's routing policy unless the router names one
+        router_raw = {**router_raw, "policy": layout["router"]["policy"]}
     router_raw = router_raw if router_raw is not None else {}
     r.sources[f"glmops_topologies.{topo}.pools"] = f"{base}.pools"
     r.sources["pools"] = f"{base}.pools"
     return pools_raw, router_raw, base, router_base
+
+
+def _strategy_pools(s: _Load, hosts: dict[str, HostSpec]) -> dict[str, dict[str, Any]]:
+    """Seed 004's ``glmops_strategy`` as raw pools (role -> fields) on ``glmops_nodes`` nodes of the
+    workers' GPUs (the fewest any worker has). Every reason it cannot is a problem (CHOICE for an
+    unknown strategy, STRATEGY for a node count or topology it does not take) and ``{}`` is
+    returned, so the topology's POOLS problem follows."""
+    r, v, name = s.r, s.v, s.strategy
+    if not s.strategy_entry:
+        return {}  # CHOICE, reported by _catalog_entries
+    entry, ok = s.strategy_entry, True
+    if s.topo != entry.get("topology"):
+        r.problem("STRATEGY", s.src("glmops_topology"),
+                  f"glmops_strategy {name} is a {entry.get('topology')} strategy but the topology is {s.topo}; "
+                  f"accepted: topology {entry.get('topology')} (or unset) with {name}, or pools of your own under "
+                  f"glmops_topologies.{s.topo}.pools", f"catalog recipes.yaml:strategies[{name}] ({entry.get('source')})")
+        ok = False
+    workers = [h.name for h in s.workers]
+    multi = bool(entry.get("multi_node"))
+    nodes = v["glmops_nodes"] if v["glmops_nodes"] is not None else (len(workers) if multi else 1)
+    s.nodes = nodes
+    if multi and nodes < 2:
+        r.problem("STRATEGY", s.src("glmops_nodes"),
+                  f"glmops_strategy {name} spans nodes but glmops_nodes is {nodes} ({len(workers)} worker host(s)); "
+                  "accepted: glmops_nodes >= 2 and as many hosts in glmops_workers",
+                  "seeds/004_1623a49a49212f9f.txt line 18: multi-node strategies also need nodes=<n>")
+        ok = False
+    elif not multi and nodes != 1:
+        r.problem("STRATEGY", s.src("glmops_nodes"),
+                  f"glmops_strategy {name} runs on one node but glmops_nodes is {nodes}; accepted: 1, or a multi-node "
+                  f"strategy ({', '.join(k for k, e in s.cat.strategies.items() if e.get('multi_node'))})",
+                  "seeds/004_1623a49a49212f9f.txt line 18")
+        ok = False
+    elif nodes > len(workers):
+        r.problem("STRATEGY", s.src("glmops_nodes"),
+                  f"glmops_strategy {name} on {nodes} nodes but the inventory has {len(workers)} worker host(s) "
+                  f"({', '.join(workers)}); accepted: glmops_nodes <= {len(workers)}, or more hosts")
+        ok = False
+    per_node = [len(hosts[h].gpus) for h in workers if h in hosts]
+    gpus = min(per_node) if per_node else 0
+    if not gpus:
+        r.problem("STRATEGY", s.src("glmops_strategy"),
+                  f"glmops_strategy {name} lays out GPUs but hardware {s.hardware_key!r} gives the workers none; "
+                  "accepted: GPU hardware (glmops_gpus on the hosts), or pools of your own")
+        ok = False
+    if not ok:
+        return {}
+    return {p.role: {k: getattr(p, k) for k in ("tp", "pp", "ep", "dp", "attention_dp", "replicas")}
+            for p in strategies.pools(name, nodes, gpus)}
 
 
 def _read_pools(s: _Load, pools_raw: Any, base: str) -> list[PoolSpec]:
@@ -1403,6 +1474,8 @@ def _assemble(s: _Load, hosts: dict[str, HostSpec], pools: list[PoolSpec], route
         image=v["glmops_image"],
         pip_extra=v["glmops_pip_extra"] or [],
         layout=(s.layout or {}).get("id"),
+        strategy=s.strategy or None,
+        nodes=s.nodes,
         monitoring=monitoring,
         raw_variables=sorted(s.raw),
         # plain values read from Ansible Vault: secret by value wherever they land
@@ -1423,7 +1496,7 @@ _FIELD_VARS = {
     "dynamo_backend": "glmops_dynamo_backend", "dynamo_etcd_hosts": "glmops_dynamo_etcd_hosts",
     "dynamo_request_plane": "glmops_dynamo_request_plane", "dynamo_event_plane": "glmops_dynamo_event_plane",
     "pip_extra": "glmops_pip_extra", "image": "glmops_image",
-    "topologies": "glmops_topologies",
+    "topologies": "glmops_topologies", "strategy": "glmops_strategy", "nodes": "glmops_nodes",
 }
 
 

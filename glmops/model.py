@@ -289,6 +289,8 @@ class Deployment:
     image: str | None = None  # glmops_image: container image override
     pip_extra: list[str] = field(default_factory=list)  # glmops_pip_extra: PEP 508 specs
     layout: str | None = None  # id of the catalog layout that gave the pools (recipes.yaml:layouts)
+    strategy: str | None = None  # glmops_strategy: seed 004's strategy that gave the pools (recipes.yaml:strategies)
+    nodes: int | None = None  # the nodes that strategy spans (glmops_nodes, else the workers / 1)
     monitoring: dict[str, Any] = field(default_factory=dict)  # glmops_monitoring settings as given
     raw_variables: list[str] = field(default_factory=list)  # every glmops_* variable the inventory set
     secret_values: frozenset[str] = frozenset()  # plain values read from Ansible Vault: secret by value

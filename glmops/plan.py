@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from glmops import strategies
 from glmops.engines import base, registry
 from glmops.engines.base import CATALOG, Ctx, NodeSlot, Placement
 from glmops.engines.registry import engine_module, router_kind  # noqa: F401  (old names, now the registry's)
@@ -37,39 +38,17 @@ from glmops.model import Deployment, PoolSpec, Plan, Problem, Service, Validatio
 ENGINES = registry.names()
 POOL_ORDER = {"agg": 0, "prefill": 1, "decode": 2}
 
-# seed 004's strategies -> pool shapes (g = GPUs per node, n = nodes)
-STRATEGIES = ("single_node_tp", "single_node_tep", "multi_node_tp", "multi_node_tp_pp",
-              "multi_node_tep", "multi_node_dep", "pd_cluster")
+#: seed 004's strategies (catalog ``recipes.yaml:strategies``; the inventory lays them out for ``glmops_strategy``)
+STRATEGIES = strategies.names()
 
 
 def strategy_pools(strategy: str, nodes: int, gpus_per_node: int) -> list[PoolSpec]:
-    """Seed 004's vLLM strategies as pools.
-
-    single_node_tp: TP=g; single_node_tep: TP=g + EP; multi_node_tp: TP=g*n;
-    multi_node_tp_pp: TP=g, PP=n; multi_node_tep: TP=g*n + EP; multi_node_dep: DP=g*n with
-    EP and attention DP (TP 1); pd_cluster: n nodes split into prefill (n//2 replicas of
-    TP=g) and decode (the rest). Raises ValueError for an unknown strategy or n < 1
-    (pd_cluster needs n >= 2).
-    """
-    g, n = gpus_per_node, nodes
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy {strategy!r} unknown; accepted: {', '.join(STRATEGIES)}")
-    if n < 1 or (strategy == "pd_cluster" and n < 2):
-        raise ValueError(f"strategy {strategy} needs nodes >= {2 if strategy == 'pd_cluster' else 1}, got {n}")
-    if strategy == "single_node_tp":
-        return [PoolSpec(role="agg", tp=g)]
-    if strategy == "single_node_tep":
-        return [PoolSpec(role="agg", tp=g, ep=g)]
-    if strategy == "multi_node_tp":
-        return [PoolSpec(role="agg", tp=g * n)]
-    if strategy == "multi_node_tp_pp":
-        return [PoolSpec(role="agg", tp=g, pp=n)]
-    if strategy == "multi_node_tep":
-        return [PoolSpec(role="agg", tp=g * n, ep=g * n)]
-    if strategy == "multi_node_dep":
-        return [PoolSpec(role="agg", tp=1, dp=g * n, ep=g * n, attention_dp=True)]
-    return [PoolSpec(role="prefill", tp=g, replicas=n // 2),
-            PoolSpec(role="decode", tp=g, replicas=n - n // 2)]
+    """Seed 004's strategies as pools (:func:`glmops.strategies.pools`): single_node_tp TP=g;
+    single_node_tep TP=g + EP; multi_node_tp TP=g*n; multi_node_tp_pp TP=g, PP=n; multi_node_tep
+    TP=g*n + EP; multi_node_dep DP=g*n with EP and attention DP (TP 1); pd_cluster n//2 prefill
+    and n - n//2 decode replicas of TP=g. Raises ValueError for an unknown strategy or a node
+    count it does not take."""
+    return strategies.pools(strategy, nodes, gpus_per_node)
 
 
 def _host_gpus(dep: Deployment, host: str) -> list[int]:

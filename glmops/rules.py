@@ -494,7 +494,10 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
     pools' total GPU demand on shared hosts."""
     roles = [p.role for p in dep.pools]
     want = ["agg"] if dep.topology == "agg" else ["prefill", "decode"]
-    if sorted(roles) != sorted(want):
+    # a glmops_strategy that could not be laid out already says why (STRATEGY, CHOICE)
+    strategy_said = dep.strategy and not roles and any(
+        p.code in ("STRATEGY", "CHOICE") and "glmops_strategy" in p.message for p in out)
+    if sorted(roles) != sorted(want) and not strategy_said:
         _problem(out, "POOLS", _src(dep, "pools", "glmops_topologies"),
                  f"topology {dep.topology} has pools {roles or 'none'}; accepted: exactly {' + '.join(want)}"
                  + (" (TensorRT-LLM: context + generation)" if dep.topology == "disagg" else ""),

@@ -187,6 +187,14 @@ VARIABLES: dict[str, Var] = {
     "glmops_hardware": Var("str", "Catalog hardware key (`cpu` = the lab, no GPU).", required=True),
     "glmops_runtime": Var("str", "How engines run on a host.", default="container", choices=("container", "venv")),
     "glmops_topology": Var("str", "Topology to deploy; `--topology` overrides.", default="agg", choices=("agg", "disagg")),
+    "glmops_strategy": Var("str", "Seed 004's parallelism strategy: glmops lays out the pools (aggregated replicas or "
+                           "prefill/decode, TP/PP/EP/DP per strategy, catalog `recipes.yaml:strategies`) on the "
+                           "workers itself. Pools set in `glmops_topologies.<topology>.pools` win. Sets the topology "
+                           "(`pd_cluster`: disagg, the others agg) unless `glmops_topology`/`--topology` says it.",
+                           shown_default="unset (catalog layout or `glmops_topologies`)"),
+    "glmops_nodes": Var("int", "Nodes a `glmops_strategy` spans (seed 004: \"multi-node strategies also need nodes=<n>\"); "
+                        "1 for a single-node strategy.", shown_default="multi-node strategies: the hosts in `glmops_workers`; else 1",
+                        bounds=(1, 65536)),
     "glmops_topologies": Var("dict", "Per topology: `{pools: {ROLE: POOL}, router: ROUTER}` (see Pools and Router). "
                              "When the selected topology (or its `pools`) is absent, the first matching catalog layout "
                              "(`recipes.yaml:layouts`) is used; `Deployment.layout` names it.",
@@ -320,6 +328,7 @@ def catalog_choices() -> dict[str, tuple[str, ...]]:
         "glmops_variant": tuple(variants),
         "glmops_engine": tuple(k for k, e in cat.engines.items() if e.get("kind") not in ("router", "backend")),
         "glmops_hardware": tuple(cat.hardware),
+        "glmops_strategy": tuple(cat.strategies),
     }
 
 

@@ -50,6 +50,8 @@ class Catalog:
         self.engines: dict[str, dict] = data["engines"]["engines"]
         self.layouts: list[dict] = data["recipes"].get("layouts") or []
         self.recipes: list[dict] = data["recipes"].get("engine_recipes") or []
+        #: seed 004's parallelism strategies (``recipes.yaml:strategies``): name -> entry
+        self.strategies: dict[str, dict] = data["recipes"].get("strategies") or {}
         #: host state the prechecks require (``prechecks.yaml``: gpu_state, host_memory, writable)
         self.prechecks: dict[str, Any] = data.get("prechecks") or {}
 
@@ -82,11 +84,30 @@ class Catalog:
         except (KeyError, TypeError):
             raise CatalogKeyError("engine", name, list(self.engines)) from None
 
-    def layout(self, engine: str, hardware: str, topology: str, model: str | None = None) -> dict | None:
+    def strategy(self, name: str) -> dict:
+        """Seed 004's strategy entry ``name`` (topology, multi_node, pools, source). Raises CatalogKeyError."""
+        try:
+            return self.strategies[name]
+        except (KeyError, TypeError):
+            raise CatalogKeyError("strategy", name, list(self.strategies)) from None
+
+    def layout(self, engine: str, hardware: str, topology: str, model: str | None = None,
+               backend: str | None = None) -> dict | None:
         """First ``layouts`` entry matching engine x hardware x topology (x model when the
-        entry names one), or None."""
+        entry names one, x ``backend`` when it names backends: the engine that runs the model,
+        Dynamo's worker backend), or None. An engine with no entry of its own (Dynamo on hardware
+        only its backend has a recipe for) takes its backend's first match."""
+        found = self._layout(engine, hardware, topology, model, backend or engine)
+        if found is None and backend and backend != engine:
+            found = self._layout(backend, hardware, topology, model, backend)
+        return found
+
+    def _layout(self, engine: str, hardware: str, topology: str, model: str | None, backend: str) -> dict | None:
         for entry in self.layouts:
             if engine not in _as_list(entry.get("engine")):
+                continue
+            backends = _as_list(entry.get("backend"))
+            if backends and backend not in backends:
                 continue
             if hardware not in _as_list(entry.get("hardware")):
                 continue
