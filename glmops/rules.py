@@ -146,7 +146,7 @@ def check(dep: Deployment) -> list[Problem]:
     _engine_rules(dep, "engine", facts, out)
     _check_limits(dep, model, out)
     _check_versions(dep, engine, out)
-    _check_image(dep, engine, hw, out)
+    _check_image(dep, engine, backend, hw, out)
     _check_multimodal(dep, model, out)
     _check_checkpoint(dep, variant, out)
     _check_disagg(dep, facts, out)
@@ -665,8 +665,10 @@ def _check_arch(dep: Deployment, model: dict, variant: dict, hw: dict, engine: d
         return  # the lab: engines (or their doubles) run on the CPU
     vendors = engine.get("vendors")
     if vendors and hw.get("vendor") not in vendors:
+        why = (engine.get("sources") or {}).get("vendors")
         _problem(out, "ENGINE_HARDWARE", _src(dep, "engine", "glmops_engine"),
-                 f"engine {dep.engine} does not run on {hw.get('name')} ({hw.get('vendor')}); accepted vendors: {', '.join(vendors)}")
+                 f"engine {dep.engine} does not run on {hw.get('name')} ({hw.get('vendor')}); accepted vendors: {', '.join(vendors)}",
+                 f"catalog engines.yaml: {why}" if why else "")
     need_family = variant.get("requires_arch_family")
     if need_family and family != need_family:
         _problem(out, "NVFP4_BLACKWELL", _src(dep, "variant", "glmops_variant"),
@@ -825,12 +827,15 @@ def _check_versions(dep: Deployment, engine: dict, out: list[Problem]) -> None:
                      f"catalog engines.yaml ({engine.get('source')})")
 
 
-def _check_image(dep: Deployment, engine: dict, hw: dict, out: list[Problem]) -> None:
-    """Container runtime needs an image: ``glmops_image`` or the catalog's for engine x model x vendor."""
+def _check_image(dep: Deployment, engine: dict, backend: dict, hw: dict, out: list[Problem]) -> None:
+    """Container runtime needs an image for the workers: ``glmops_image`` or the catalog's for the engine that
+    runs the model (Dynamo: its backend's, e.g. seed 001's vLLM image) x model x vendor. A front door without an
+    image of its own runs from its venv (glmops.engines)."""
     if dep.runtime != "container" or dep.image:
         return
-    image = ((engine.get("image_by_model") or {}).get(dep.model) or (engine.get("image_by_vendor") or {}).get(hw.get("vendor"))
-             or engine.get("default_image"))
+    image = next((found for entry in (backend, engine) if (found := (
+        (entry.get("image_by_model") or {}).get(dep.model) or (entry.get("image_by_vendor") or {}).get(hw.get("vendor"))
+        or entry.get("default_image")))), None)
     if not image:
         _problem(out, "IMAGE", _src(dep, "runtime", "glmops_runtime"),
                  f"glmops_runtime 'container' but the catalog names no {engine.get('name')} image for {dep.model} "
@@ -869,9 +874,12 @@ def transformers_pin(dep: Deployment) -> str:
 def _check_checkpoint(dep: Deployment, variant: dict, out: list[Problem]) -> None:
     ck = dep.checkpoint
     if not ck.repo:
+        missing = variant.get("missing") or {}
+        needs = "; ".join(f"{k}: {v}" for k, v in missing.items())
         _problem(out, "CHECKPOINT_REPO", _src(dep, "checkpoint.repo", "checkpoint", "glmops_checkpoint"),
                  f"variant {dep.variant} of {dep.model} has no repo in the catalog and glmops_checkpoint.repo is unset; "
-                 "accepted: a Hugging Face repo id (owner/name)")
+                 "accepted: a Hugging Face repo id (owner/name)" + (f"; the catalog lacks these checkpoint facts: {needs}" if needs else ""),
+                 f"catalog models.yaml ({variant.get('source')}): set glmops_checkpoint.repo (and .revision) to the checkpoint")
     if ck.revision is not None and ck.offline and not HEX40.match(str(ck.revision)):
         _problem(out, "F12_REVISION", _src(dep, "checkpoint.revision", "checkpoint", "glmops_checkpoint"),
                  f"glmops_checkpoint.revision {ck.revision!r} is not a commit while serving offline; accepted: a 40-hex commit "
