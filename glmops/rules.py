@@ -483,6 +483,12 @@ def _pool_hosts(dep: Deployment, pool: PoolSpec) -> list[str]:
     return [h for h in workers if h in dep.hosts] or list(dep.hosts)
 
 
+def _strategy_said(dep: Deployment, problems: list[Problem]) -> bool:
+    """True when a ``glmops_strategy`` gave no pools and a problem already says why (STRATEGY, CHOICE)."""
+    return bool(dep.strategy) and not dep.pools and any(
+        p.code in ("STRATEGY", "CHOICE") and "glmops_strategy" in p.message for p in problems)
+
+
 def _bad_sizes(pool: PoolSpec) -> list[str]:
     """The pool's tp/pp/ep/dp/replicas that are not integers 1..MAX_PARALLEL."""
     return [k for k in ("tp", "pp", "ep", "dp", "replicas")
@@ -494,10 +500,7 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
     pools' total GPU demand on shared hosts."""
     roles = [p.role for p in dep.pools]
     want = ["agg"] if dep.topology == "agg" else ["prefill", "decode"]
-    # a glmops_strategy that could not be laid out already says why (STRATEGY, CHOICE)
-    strategy_said = dep.strategy and not roles and any(
-        p.code in ("STRATEGY", "CHOICE") and "glmops_strategy" in p.message for p in out)
-    if sorted(roles) != sorted(want) and not strategy_said:
+    if sorted(roles) != sorted(want) and not _strategy_said(dep, out):
         _problem(out, "POOLS", _src(dep, "pools", "glmops_topologies"),
                  f"topology {dep.topology} has pools {roles or 'none'}; accepted: exactly {' + '.join(want)}"
                  + (" (TensorRT-LLM: context + generation)" if dep.topology == "disagg" else ""),
@@ -1274,7 +1277,8 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
         plan = plan_mod.build(dep)
     except ValidationError as exc:
         # placement failures repeat what GPU/pool rules already said: keep the rules' words
-        covered = any(p.code.startswith("GPU") or p.code in ("POOLS", "PARALLELISM") for p in problems)
+        covered = any(p.code.startswith("GPU") or p.code in ("POOLS", "PARALLELISM") for p in problems) \
+            or _strategy_said(dep, problems)
         for p in exc.problems:
             if p.code in ("PLACEMENT", "POOLS") and covered:
                 continue
