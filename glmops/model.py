@@ -132,6 +132,9 @@ class Problem:
     path: str
     message: str
     hint: str = ""
+    #: ``error`` (the input is refused) or ``warning`` (a deviation from a seed's recipe that the
+    #: engine accepts: printed, exit 0; ``--strict`` makes it an error)
+    severity: str = "error"
 
     def __post_init__(self) -> None:
         # a value that is a secret by its shape (a URL with a password, a token) is never
@@ -145,9 +148,26 @@ class Problem:
                 text = _QUOTED.sub(lambda m: clip(m.group(0)) if len(m.group(0)) > _CLIP_QUOTED else m.group(0), text)
             object.__setattr__(self, name, text)
 
+    @property
+    def is_warning(self) -> bool:
+        return self.severity == WARNING
+
     def __str__(self) -> str:
         text = f"[{self.code}] {self.path}: {self.message}"
+        text = f"warning {text}" if self.is_warning else text
         return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+#: :attr:`Problem.severity` of a warning
+WARNING = "warning"
+
+
+def split_problems(problems: "list[Problem]", strict: bool = False) -> "tuple[list[Problem], list[Problem]]":
+    """(errors, warnings) of ``problems``; with ``strict`` every warning is an error too
+    (``glmops validate --strict``), so the second list is empty."""
+    if strict:
+        return list(problems), []
+    return [p for p in problems if not p.is_warning], [p for p in problems if p.is_warning]
 
 
 class ValidationError(Exception):

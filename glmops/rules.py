@@ -1236,7 +1236,7 @@ def redacted(problems: Iterable[Problem], secrets: Iterable[str]) -> list[Proble
                 else:
                     text = text.replace(repr(secret), "<redacted>")
             fields.append(text)
-        out.append(p if fields == [p.path, p.message, p.hint] else Problem(p.code, *fields))
+        out.append(p if fields == [p.path, p.message, p.hint] else Problem(p.code, *fields, severity=p.severity))
     return out
 
 
