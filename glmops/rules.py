@@ -23,6 +23,7 @@ from glmops import catalog as catalog_mod
 from glmops import monitoring
 from glmops import plan as plan_mod
 from glmops.catalog import flags as F
+from glmops.engines import base as engine_base
 from glmops.engines import compat, registry
 from glmops.engines.problems import (  # noqa: F401  (the old private names stay importable)
     argv_value as _argv_value, as_int as _as_int, canon as _canon, deep_merge as _deep_merge, dig as _dig,
@@ -947,9 +948,10 @@ def _check_disagg(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
                      f"{key} differs between pools: prefill {va if va is not None else '(default)'!r}, decode "
                      f"{vb if vb is not None else '(default)'!r}; accepted: the same value on prefill and decode",
                      "set layout-affecting settings once (glmops_engine_args / glmops_env), not per pool")
-    # F06: cross-host NIXL needs RDMA devices pinned on every host
+    # F06: cross-host NIXL over RDMA needs RDMA devices pinned on every host; a UCX_TLS without RDMA
+    # transports (seed 001 GB200: cuda_copy,tcp) needs none (D3)
     transports = {_transport(dep, pre), _transport(dep, dec)}
-    if "nixl" in transports:
+    if "nixl" in transports and any(engine_base.pool_ucx_rdma(dep, p) for p in (pre, dec)):
         hosts_pre, hosts_dec = _placed_hosts(dep, pre), _placed_hosts(dep, dec)
         cross = len(hosts_pre | hosts_dec) > 1
         if cross and (dep.hardware != "cpu"):
@@ -962,7 +964,8 @@ def _check_disagg(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
                          f"host{'s' if len(missing) > 1 else ''} {names} ha{'ve' if len(missing) > 1 else 's'} no "
                          f"glmops_rdma_devices but NIXL transfers KV across {len(placed)} hosts; accepted: a list of "
                          "RDMA NICs on every host, e.g. [mlx5_0, mlx5_1]",
-                         "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang")
+                         "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang (a TCP "
+                         "path, UCX_TLS without rc/ud/dc/ib such as cuda_copy,tcp, needs none)")
 
 
 def _check_side_channels(dep: Deployment, out: list[Problem]) -> None:

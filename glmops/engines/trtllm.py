@@ -190,6 +190,8 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
         # identical NIXL_*/UCX_* lines on context and generation (F04), NIC pinned (F06)
         env.update(base.transport_env(dep, [head.host], ("UCX_", "NIXL_", "TRTLLM_NIXL_", "TRTLLM_UCX_")))
     env.update(base.base_env(dep, pool, st.recipe, ENGINE))
+    if dep.topology == "disagg" and pool.role != "agg":
+        env = base.without_rdma_devices(env, dep, pool)
     argv = serve
     if pl.nnodes > 1:
         hosts = ",".join(f"{n.host.address}:{len(n.gpus)}" for n in pl.nodes)
