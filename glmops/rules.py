@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from packaging.version import InvalidVersion, Version
 
 from glmops import catalog as catalog_mod
-from glmops import monitoring
+from glmops import monitoring, prechecks
 from glmops import plan as plan_mod
 from glmops.catalog import flags as F
 from glmops.engines import base as engine_base
@@ -148,6 +148,7 @@ def check(dep: Deployment) -> list[Problem]:
     _engine_rules(dep, "engine", facts, out)
     _check_limits(dep, model, out)
     _check_versions(dep, engine, out)
+    _check_driver_branch(dep, cat, out)
     _check_image(dep, engine, hw, out)
     _check_multimodal(dep, model, out)
     _check_checkpoint(dep, variant, out)
@@ -945,6 +946,28 @@ def _check_versions(dep: Deployment, engine: dict, out: list[Problem]) -> None:
             _problem(out, "ENGINE_VERSION", where,
                      f"glmops_engine_version {dep.engine_version!r} is older than the minimum for {why}; accepted: >= {minimum}",
                      f"catalog engines.yaml ({engine.get('source')})")
+
+
+def _check_driver_branch(dep: Deployment, cat: Any, out: list[Problem]) -> None:
+    """DRIVER_BRANCH (F30): a host's configured ``nvidia_driver_branch`` (roles/nvidia_driver) must be at
+    least what the deployment's engine builds need (:func:`glmops.prechecks.driver_need`: CUDA 13
+    builds need R580); one problem naming every such host."""
+    need, builds = prechecks.driver_need(dep, [dep.engine, _backend(dep)], cat)
+    if not need:
+        return
+    low = []
+    for name, host in dep.hosts.items():
+        hw = cat.hardware.get(host.hardware or dep.hardware) or {}
+        branch = _as_int(str(host.vars.get("nvidia_driver_branch", "")).split(".")[0])
+        if hw.get("vendor") == "nvidia" and branch is not None and branch < need:
+            low.append((name, branch))
+    if low:
+        name, branch = low[0]
+        _problem(out, "DRIVER_BRANCH", _src(dep, f"hosts.{name}.nvidia_driver_branch", f"hosts.{name}"),
+                 f"nvidia_driver_branch {branch} on {_few([n for n, _ in low])} is below what {'; '.join(builds)} "
+                 f"need{'s' if len(builds) == 1 else ''}; accepted: >= {need}",
+                 f"set nvidia_driver_branch: \"{need}\" (or leave it unset: provisioning installs the deployment's "
+                 "need), or pin an engine build for an older CUDA")
 
 
 def _check_image(dep: Deployment, engine: dict, hw: dict, out: list[Problem]) -> None:
