@@ -1195,6 +1195,10 @@ def _read_host(s: _Load, host: Any, default_gpus: list[int]) -> HostSpec:
     spec.gpus = values["glmops_gpus"] if values["glmops_gpus"] is not None else list(default_gpus)
     spec.rdma_devices = values["glmops_rdma_devices"] or []
     spec.vars = {"ansible_host": str(ansible_host)} if ansible_host else {}
+    branch = hv.get("nvidia_driver_branch")  # roles/nvidia_driver's input: DRIVER_BRANCH compares it (F30)
+    if branch is not None and "{{" not in str(branch):
+        spec.vars["nvidia_driver_branch"] = str(branch)
+        r.sources[f"hosts.{host.name}.nvidia_driver_branch"] = vars_of.label(host, "nvidia_driver_branch")
     r.sources[f"hosts.{host.name}"] = f"{_display_path(host.vars.get('inventory_file') or root)}:{host.name}"
     return spec
 

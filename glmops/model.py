@@ -35,14 +35,28 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 #: ``plan --format`` and glmops.runner use it.
 _END = r"($|[.\]\[])"
 _SEP = r"($|[-_.:\]\[])"
-SECRET_NAME = re.compile(
-    r"(^|[-_.:])("
-    rf"(api|private|access|secret|auth|signing|encryption|master|admin)[-_]?keys?{_SEP}"
-    rf"|(?<!config[-_])(?<!cache[-_])(?<!sort[-_])(?<!hash[-_])keys?{_END}"
-    rf"|(?<!per[-_])(?<!first[-_])(?<!next[-_])(?<!last[-_])(?<!bos[-_])(?<!eos[-_])(?<!pad[-_])token{_END}"
-    rf"|(auth|access|bearer|refresh|session)[-_]?tokens?{_SEP}"
-    rf"|pass{_END}|pass(word|wd|phrase){_SEP}|secrets?{_SEP}|(?<!allow[-_])credentials?{_SEP}"
-    rf"|authorization{_SEP})", re.IGNORECASE)
+
+
+def _secret_name(bare_key: str) -> "re.Pattern[str]":
+    """:data:`SECRET_NAME` with ``bare_key`` as the alternative for a ``key``/``keys`` that no
+    credential word (``api``, ``private``, ...) qualifies."""
+    return re.compile(
+        r"(^|[-_.:])("
+        rf"(api|private|access|secret|auth|signing|encryption|master|admin)[-_]?keys?{_SEP}"
+        rf"|{bare_key}"
+        rf"|(?<!per[-_])(?<!first[-_])(?<!next[-_])(?<!last[-_])(?<!bos[-_])(?<!eos[-_])(?<!pad[-_])token{_END}"
+        rf"|(auth|access|bearer|refresh|session)[-_]?tokens?{_SEP}"
+        rf"|pass{_END}|pass(word|wd|phrase){_SEP}|secrets?{_SEP}|(?<!allow[-_])credentials?{_SEP}"
+        rf"|authorization{_SEP})", re.IGNORECASE)
+
+
+SECRET_NAME = _secret_name(rf"(?<!config[-_])(?<!cache[-_])(?<!sort[-_])(?<!hash[-_])keys?{_END}")
+#: an engine flag or config key name that names a secret (SECRET_IN_ARGV, :func:`secret_paths`):
+#: as :data:`SECRET_NAME`, but a bare ``key``/``keys`` counts only as a whole name or dotted-path
+#: segment (``key``, ``auth.key``), not as the last word of a compound name: ``prefix_key``,
+#: ``kv_cache_key``, ``routing-key`` name lookup keys in an engine's config, not credentials (D8).
+#: Environment variable names keep :data:`SECRET_NAME` (``OPENAI_KEY`` is a credential there).
+SECRET_OPTION_NAME = _secret_name(rf"(?<![^.\]\[])keys?{_END}")
 #: the Hugging Face hub's credential variables: never written into a service's env (F12; serving is
 #: offline, the download reads its own 0600 file)
 HUB_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
@@ -103,16 +117,27 @@ def is_secret(name: str, value: object = None, secret_values: "set[str] | frozen
     return False
 
 
+def _holds_secret(value: Any, secret_values: "set[str] | frozenset[str]") -> bool:
+    """A value of an engine flag or config key that is or carries a secret: a nested mapping
+    with a secret path (:func:`secret_paths`), a list with such an item, a secret value."""
+    if isinstance(value, dict):
+        return bool(secret_paths(value, "", secret_values))
+    if isinstance(value, (list, tuple)):
+        return any(_holds_secret(v, secret_values) for v in value)
+    return is_secret("", value, secret_values)
+
+
 def secret_paths(data: Any, prefix: str = "", secret_values: "set[str] | frozenset[str]" = frozenset()) -> list[str]:
-    """Dotted paths of the keys under ``data`` (nested mappings) that name a secret or whose
-    value (or a list item of it) is one (:func:`is_secret`: a URL with a password, a token, a
-    Vault value). ``[]`` for anything but a mapping."""
+    """Dotted paths of the keys under ``data`` (nested mappings: engine flags, config keys) that
+    name a secret (:data:`SECRET_OPTION_NAME`) or whose value (or a list item of it) is one
+    (:func:`is_secret`: a URL with a password, a token, a Vault value). ``[]`` for anything but
+    a mapping."""
     found = []
     if isinstance(data, dict):
         for key, value in data.items():
             path = f"{prefix}.{key}" if prefix else str(key)
             items = value if isinstance(value, list) else [value]
-            if is_secret(str(key).lstrip("-")) or any(is_secret("", v, secret_values) for v in items):
+            if SECRET_OPTION_NAME.search(str(key).lstrip("-")) or any(_holds_secret(v, secret_values) for v in items):
                 found.append(path)
             found += secret_paths(value, path, secret_values)
     return found
@@ -132,6 +157,9 @@ class Problem:
     path: str
     message: str
     hint: str = ""
+    #: ``error`` (the input is refused) or ``warning`` (a deviation from a seed's recipe that the
+    #: engine accepts: printed, exit 0; ``--strict`` makes it an error)
+    severity: str = "error"
 
     def __post_init__(self) -> None:
         # a value that is a secret by its shape (a URL with a password, a token) is never
@@ -145,9 +173,26 @@ class Problem:
                 text = _QUOTED.sub(lambda m: clip(m.group(0)) if len(m.group(0)) > _CLIP_QUOTED else m.group(0), text)
             object.__setattr__(self, name, text)
 
+    @property
+    def is_warning(self) -> bool:
+        return self.severity == WARNING
+
     def __str__(self) -> str:
         text = f"[{self.code}] {self.path}: {self.message}"
+        text = f"warning {text}" if self.is_warning else text
         return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+#: :attr:`Problem.severity` of a warning
+WARNING = "warning"
+
+
+def split_problems(problems: "list[Problem]", strict: bool = False) -> "tuple[list[Problem], list[Problem]]":
+    """(errors, warnings) of ``problems``; with ``strict`` every warning is an error too
+    (``glmops validate --strict``), so the second list is empty."""
+    if strict:
+        return list(problems), []
+    return [p for p in problems if not p.is_warning], [p for p in problems if p.is_warning]
 
 
 class ValidationError(Exception):

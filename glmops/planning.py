@@ -42,7 +42,7 @@ from typing import Any
 from glmops import ansible_options, deployview, rules
 from glmops.checkpoint import plan_view as checkpoint_view
 from glmops.inventory import RUN_VARIABLES, load_deployment
-from glmops.model import Deployment, Plan, Problem, ValidationError
+from glmops.model import Deployment, Plan, Problem, ValidationError, split_problems
 from glmops.prechecks import needs_for_deployment
 from glmops.smoke import SmokeTarget, target_from_plan
 
@@ -68,6 +68,9 @@ class Planned:
     overrides: dict[str, Any] | None = None
     #: the ``-e``/Vault options it was planned with (``glmops.ansible_options.current()`` then)
     options: ansible_options.AnsibleOptions = field(default_factory=ansible_options.AnsibleOptions)
+    #: the rules' warnings (``Problem.severity == "warning"``): deviations from a seed's recipe
+    #: that the engine accepts; the verbs print them (:func:`load` with ``strict`` refuses them)
+    warnings: list[Problem] = field(default_factory=list)
     _parts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def _part(self, name: str, make):
@@ -103,20 +106,24 @@ class Planned:
         return inputs_digest(self.inventory, self.overrides, combine_vars(self.extra_vars(), run_extravars or {}))
 
 
-def load(inventory: str, topology: str | None = None, overrides: dict[str, Any] | None = None) -> Planned:
+def load(inventory: str, topology: str | None = None, overrides: dict[str, Any] | None = None,
+         strict: bool = False) -> Planned:
     """Read ``inventory`` (``topology``/``overrides`` win over it, as in
     :func:`glmops.inventory.load_deployment`), validate it and build its Plan
     (:func:`glmops.rules.validate`: rules, ``glmops.plan.build``, the plan's checks).
 
-    Raises :class:`glmops.model.ValidationError` with every problem; nothing is contacted."""
+    Raises :class:`glmops.model.ValidationError` with every problem (warnings included) when
+    there is an error, or with ``strict`` a warning; nothing is contacted. Otherwise the
+    warnings travel in ``Planned.warnings``."""
     dep = load_deployment(inventory, topology=topology, overrides=overrides)
     the_plan, problems = rules.validate(dep)
     if the_plan is not None:
         _count(inventory, topology)
-    if problems or the_plan is None:
+    errors, warnings = split_problems(problems, strict)
+    if errors or the_plan is None:
         raise ValidationError(problems)
     return Planned(dep, the_plan, str(inventory), topology, dict(overrides) if overrides else None,
-                   ansible_options.current())
+                   ansible_options.current(), warnings)
 
 
 def _parsed_extra_vars(options: ansible_options.AnsibleOptions) -> dict[str, Any]:

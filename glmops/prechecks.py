@@ -18,7 +18,9 @@ this module holds everything else and does no I/O, so it is unit-tested directly
 ``gpu_count``       GPUs the node must show (catalog ``gpus_per_node``)
 ``gpu_indices``     GPU indices the inventory uses (``glmops_gpus``); each must exist
 ``gpu_name``        catalog display name matched as a word in each GPU's name (``B200``)
-``driver_min``      lowest NVIDIA driver branch (catalog ``engines.*.driver_min``: 575)
+``driver_min``      lowest NVIDIA driver branch: the deployment's builds' need (:func:`driver_need`,
+                    F30), else the catalog ``engines.*.driver_min`` (575)
+``driver_builds``   the builds that need ``driver_min`` (named in the failure)
 ``nvswitch``        fabric manager active, fabric state ``Completed``, FM package version
                     equal to the driver's (NVIDIA Fabric Manager guide)
 ``nvlsm``           nvlsm installed at the driver's version (Blackwell NVSwitch systems)
@@ -71,6 +73,43 @@ def driver_min(catalog=None, engines: list[str] | None = None) -> int:
     return max(chosen or every.values(), default=0)
 
 
+def driver_need(dep, engines: list[str], catalog=None) -> tuple[int, list[str]]:
+    """(lowest NVIDIA driver branch, the builds that need it) for ``dep``'s engines (``engines``:
+    the Plan's, with the worker backend of an engine that runs another one) at the versions and
+    runtime it runs: each catalog ``engines.<e>.builds`` entry of the runtime whose ``specifier``
+    holds for the version (container: the image in use when an entry names it) needs
+    ``max(driver_min, cuda.driver_min_by_major[cuda])`` (F30: vLLM's CUDA 13 wheels need R580).
+    ``(0, [])`` when no build is known; the highest need wins, naming every build that asks for it."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    from glmops import catalog as cat
+    from glmops.engines.compat import backend_version
+
+    catalog = catalog or cat.load()
+    by_major = {int(k): int(v) for k, v in
+                ((catalog.data["engines"].get("cuda") or {}).get("driver_min_by_major") or {}).items()}
+    found: list[tuple[int, str]] = []
+    for name in dict.fromkeys(engines):
+        entry = catalog.engines.get(name) or {}
+        version = backend_version(dep, catalog, name)
+        builds = [b for b in entry.get("builds") or [] if b.get("runtime") == dep.runtime]
+        if dep.runtime == "container":
+            image = dep.image or (entry.get("image_by_model") or {}).get(dep.model) or entry.get("default_image")
+            builds = [b for b in builds if b.get("artifact") == image] or builds
+        for b in builds:
+            try:
+                if b.get("specifier") and Version(version) not in SpecifierSet(str(b["specifier"]), prereleases=True):
+                    continue
+            except (InvalidVersion, InvalidSpecifier):
+                pass  # an unparsable version: ENGINE_VERSION reports it; the build counts
+            need = max(int(b.get("driver_min") or 0), by_major.get(int(b.get("cuda") or 0), 0))
+            found.append((need, f"{entry.get('name', name)} {version} {b.get('artifact')} (CUDA {b.get('cuda')}: "
+                                f">= R{need})"))
+    best = max((n for n, _ in found), default=0)
+    return best, [text for n, text in found if n == best and best]
+
+
 def needs_from_catalog(hardware: str | None, gpus: list[int] | None = None,
                        engines: list[str] | None = None, catalog=None) -> dict[str, Any]:
     """The needs every node of ``hardware`` (a catalog key) has, before any deployment.
@@ -111,8 +150,13 @@ def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
     catalog = cat.load()
     out: dict[str, dict[str, Any]] = {}
     engines = sorted({s.engine for s in plan.services})
+    from glmops.engines.registry import backend_name
+
+    need, builds = driver_need(dep, [*engines, backend_name(dep)], catalog)
     for name, host in dep.hosts.items():
         needs = needs_from_catalog(host.hardware or dep.hardware, host.gpus, engines)
+        if builds and "driver_min" in needs:  # F30: the builds' need, named (else the engines' driver_min)
+            needs["driver_min"], needs["driver_builds"] = need, builds
         needs["disk_path"] = dep.checkpoint.model_dir
         needs["disk_gib"] = float(dep.checkpoint.size_gib or 0)
         needs["checkpoint_dir"] = dep.checkpoint.local_dir
@@ -228,7 +272,7 @@ def writable_needs(dep, services=(), catalog=None) -> dict[str, Any]:
 
 
 #: the prechecks role's explicit needs (``prechecks_<key>``; null = keep the computed value)
-NEED_VARS = ("os", "gpu_count", "gpu_name", "driver_min", "nvswitch", "nvlsm", "disk_path", "disk_gib",
+NEED_VARS = ("os", "gpu_count", "gpu_name", "driver_min", "driver_builds", "nvswitch", "nvlsm", "disk_path", "disk_gib",
              "shm_min_mib", "memlock", "ports", "time_sync", "rdma_devices", "gpu_state", "writable", "host_memory",
              "interface")
 
@@ -406,8 +450,10 @@ def _nvidia_driver(host: str, loaded: str, facts: dict[str, Any], needs: dict[st
         if branch is not None and branch >= int(dmin):
             add(_ok("driver", loaded, f">= {dmin}"))
         else:
+            builds = needs.get("driver_builds") or []
             add(_fail(host, "driver", loaded or "none", f">= {dmin}",
-                      f"NVIDIA driver {loaded or '(none)'} is below the minimum branch {dmin}"))
+                      f"NVIDIA driver {loaded or '(none)'} is below the minimum branch {dmin}"
+                      + (f" that {'; '.join(builds)} need{'s' if len(builds) == 1 else ''}" if builds else "")))
     packages = facts.get("packages") or {}
     installed = _pkg_version(packages, "nvidia-driver")
     if installed and loaded and installed[1] != loaded:

@@ -20,9 +20,10 @@ from typing import Any, Iterable
 from packaging.version import InvalidVersion, Version
 
 from glmops import catalog as catalog_mod
-from glmops import monitoring
+from glmops import monitoring, prechecks
 from glmops import plan as plan_mod
 from glmops.catalog import flags as F
+from glmops.engines import base as engine_base
 from glmops.engines import compat, registry
 from glmops.engines.problems import (  # noqa: F401  (the old private names stay importable)
     argv_value as _argv_value, as_int as _as_int, canon as _canon, deep_merge as _deep_merge, dig as _dig,
@@ -139,6 +140,7 @@ def check(dep: Deployment) -> list[Problem]:
     facts = RuleFacts(cat=cat, model=model, hw=hw, engine=engine, backend=backend)
     _check_pools(dep, hw, out)
     _check_memory(dep, variant, hw, cat, out)
+    _check_memory_fraction(dep, model, variant, hw, cat, backend, out)
     _check_arch(dep, model, variant, hw, engine, out)
     _engine_rules(dep, "hardware", facts, out)
     _check_kv_dtype(dep, model, hw, backend, out)
@@ -146,6 +148,7 @@ def check(dep: Deployment) -> list[Problem]:
     _engine_rules(dep, "engine", facts, out)
     _check_limits(dep, model, out)
     _check_versions(dep, engine, out)
+    _check_driver_branch(dep, cat, out)
     _check_image(dep, engine, backend, hw, out)
     _check_multimodal(dep, model, out)
     _check_checkpoint(dep, variant, out)
@@ -657,6 +660,129 @@ def _check_memory(dep: Deployment, variant: dict, hw: dict, cat: Any, out: list[
                      "raise tp/pp (more GPUs per replica), use larger GPUs or a smaller variant")
 
 
+#: bytes per cached element of a KV cache dtype (``fp8*`` one byte, ``*fp4*`` half, else BF16/FP16 two)
+def _kv_bytes(dtype: str) -> float:
+    text = str(dtype).lower()
+    return 0.5 if "fp4" in text else 1.0 if "fp8" in text else 2.0
+
+
+def _memory_setting(dep: Deployment, pool: PoolSpec, spec: dict) -> tuple[float | None, str, str]:
+    """(fraction, what sets it, inventory path) of the engine's memory fraction for ``pool``
+    (catalog ``memory_fraction``: a flag or a config key): engine_args / engine_config of the pool,
+    then of the deployment, then the catalog recipe, then the engine's default."""
+    rec = engine_base.settings_for(dep, pool).recipe
+    flag, key = spec.get("flag"), spec.get("config")
+    layers = [(pool.engine_args, pool.engine_config, f"pools.{pool.role}"), (dep.engine_args, dep.engine_config, ""),
+              (rec.args, rec.config, None)]
+    for args, config, scope in layers:
+        found = None
+        if flag:
+            hit = next((k for k in args or {} if _canon(k) == _canon(flag) and args[k] is not None), None)
+            found = (args[hit], f"engine_args.{hit}") if hit else None
+        if found is None and key:
+            has, value = _dig(config or {}, key)
+            found = (value, f"engine_config.{key.split('.')[0]}") if has and value is not None else None
+        if found is not None:
+            value, where = found
+            shown = f"{flag or key} {value}"
+            if scope is None:
+                return _as_float(value), f"{shown} (catalog recipe {', '.join(rec.ids)})", _src(dep, "engine_args")
+            return _as_float(value), shown, _src(dep, f"{scope}.{where}" if scope else where, where)
+    default = spec.get("default")
+    return (None if default is None else float(default)), f"{flag or key} {default} (the engine's default)", \
+        _src(dep, "engine_args")
+
+
+def _as_float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _max_len(dep: Deployment, pool: PoolSpec) -> tuple[int | None, str]:
+    """(max sequence length, inventory path) a pool is configured for: engine flags, else
+    ``glmops_max_seq_len``, else the recipe's; None when nothing sets one (the engine takes the
+    checkpoint's, which the seeds run without counting)."""
+    args = _args(dep, pool)
+    for flag in ("max-model-len", "context-length", "max-seq-len"):
+        if _as_int(args.get(flag)) is not None:
+            return _as_int(args[flag]), _src(dep, f"pools.{pool.role}.engine_args", "engine_args")
+    found, value = _dig(_config(dep, pool), "max_seq_len")
+    if found and _as_int(value) is not None:
+        return _as_int(value), _src(dep, f"pools.{pool.role}.engine_config", "engine_config")
+    value = engine_base.settings_for(dep, pool).max_seq_len
+    return (_as_int(value) if _as_int(value) and _as_int(value) > 0 else None), _src(dep, "max_seq_len", "glmops_max_seq_len")
+
+
+def _check_memory_fraction(dep: Deployment, model: dict, variant: dict, hw: dict, cat: Any, backend: dict,
+                           out: list[Problem]) -> None:
+    """MEMORY_FIT at the configured memory fraction (F25): the engine's fraction (catalog
+    ``memory_fraction`` of the backend: vLLM ``gpu-memory-utilization``, SGLang ``mem-fraction-static``
+    of the whole GPU; TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction`` of what is free after
+    the weights) must hold the weights per GPU and the KV cache of at least one sequence of the
+    configured maximum length (catalog ``models.<m>.kv_cache``; not counted when the model has no
+    figures or no length is configured). Pools whose weights alone do not fit are
+    :func:`_check_memory`'s."""
+    spec = backend.get("memory_fraction") or {}
+    mem = float(hw.get("gpu_memory_gib") or 0)
+    size = float(dep.checkpoint.size_gib or variant.get("weight_gib") or 0)
+    if not spec or mem <= 0 or size <= 0:
+        return
+    usable = mem * (1 - float(cat.policy.get("memory_headroom_fraction", 0.10)))
+    geometry = model.get("kv_cache") or {}
+    for pool in dep.pools:
+        if _bad_sizes(pool) or size / _shards(pool) > usable:
+            continue  # PARALLELISM / the weights-only MEMORY_FIT says it
+        weights = size / _shards(pool)
+        frac, shown, where = _memory_setting(dep, pool, spec)
+        if frac is None or not 0 < frac <= 1:
+            continue  # unset (computed by the engine) or a value ENGINE_FLAG/TYPE reports
+        length, len_where = _max_len(dep, pool)
+        kv = 0.0
+        kv_text = ""
+        if geometry and length:
+            layers = int(geometry.get("layers") or 0) / max(int(pool.pp or 1), 1)
+            per_token = int(geometry.get("elements_per_token_per_layer") or 0) * _kv_bytes(
+                _kv_dtype_effective(dep, pool)) * layers
+            if not geometry.get("replicated_over_tp", True):
+                per_token /= max(pool.tp, 1)
+            kv = length * per_token / 2**30
+            kv_text = (f"the KV cache of one {length:,}-token sequence ({length:,} x {layers:g} layers x "
+                       f"{geometry.get('elements_per_token_per_layer')} x {_kv_bytes(_kv_dtype_effective(dep, pool)):g} byte "
+                       f"({_kv_dtype_effective(dep, pool)}) = {kv:.1f} GiB per GPU)")
+        head = (f"pool {pool.role}: {dep.model} {dep.variant} weights {size:g} GiB over {_shards(pool)} GPUs = "
+                f"{weights:.1f} GiB per GPU")
+        if spec.get("of") == "free":
+            budget = frac * (mem - weights)
+            if kv and kv > budget:
+                _problem(out, "MEMORY_FIT", where if "the engine's default" not in shown else len_where,
+                         f"{head}; {shown} of the {mem - weights:.1f} GiB left on {hw.get('name')} ({mem:g} GiB) = "
+                         f"{budget:.1f} GiB for the KV cache, less than {kv_text}; accepted: a fraction >= "
+                         f"{kv / (mem - weights):.2f} or max_seq_len <= {int(budget / kv * length):,}",
+                         "raise the fraction, shorten max_seq_len, or use more GPUs per replica (pp)")
+            continue
+        budget = frac * mem
+        left = budget - weights
+        if left >= kv and left > 0:
+            continue
+        need = min((weights + kv) / mem, 1.0)
+        shorter = f" or max_seq_len <= {int(left / kv * length):,}" if kv and left > 0 else ""
+        _problem(out, "MEMORY_FIT", where,
+                 f"{head}; {shown} x {mem:g} GiB ({hw.get('name')}) = a budget of {budget:.1f} GiB per GPU leaves "
+                 f"{left:.1f} GiB after the weights, " + (f"less than {kv_text}" if kv_text and left > 0 else
+                                                          "nothing for the KV cache")
+                 + f"; accepted: {spec.get('flag') or spec.get('config')} >= {need:.2f}" + shorter
+                 + " (at this parallelism)",
+                 "raise the memory fraction, shorten max_seq_len, or use more GPUs per copy of the weights")
+
+
+def _kv_dtype_effective(dep: Deployment, pool: PoolSpec) -> str:
+    """The KV cache dtype a pool runs: the inventory's (:func:`_kv_dtype`), else the recipe's."""
+    value, _where = _kv_dtype(dep, pool)
+    return value if value not in ("", "auto") else str(engine_base.settings_for(dep, pool).kv_cache_dtype or "auto")
+
+
 def _arch_rank(arch: str) -> int:
     m = re.match(r"sm(\d+)", arch or "")
     return int(m.group(1)) if m else -1
@@ -830,6 +956,28 @@ def _check_versions(dep: Deployment, engine: dict, out: list[Problem]) -> None:
                      f"catalog engines.yaml ({engine.get('source')})")
 
 
+def _check_driver_branch(dep: Deployment, cat: Any, out: list[Problem]) -> None:
+    """DRIVER_BRANCH (F30): a host's configured ``nvidia_driver_branch`` (roles/nvidia_driver) must be at
+    least what the deployment's engine builds need (:func:`glmops.prechecks.driver_need`: CUDA 13
+    builds need R580); one problem naming every such host."""
+    need, builds = prechecks.driver_need(dep, [dep.engine, _backend(dep)], cat)
+    if not need:
+        return
+    low = []
+    for name, host in dep.hosts.items():
+        hw = cat.hardware.get(host.hardware or dep.hardware) or {}
+        branch = _as_int(str(host.vars.get("nvidia_driver_branch", "")).split(".")[0])
+        if hw.get("vendor") == "nvidia" and branch is not None and branch < need:
+            low.append((name, branch))
+    if low:
+        name, branch = low[0]
+        _problem(out, "DRIVER_BRANCH", _src(dep, f"hosts.{name}.nvidia_driver_branch", f"hosts.{name}"),
+                 f"nvidia_driver_branch {branch} on {_few([n for n, _ in low])} is below what {'; '.join(builds)} "
+                 f"need{'s' if len(builds) == 1 else ''}; accepted: >= {need}",
+                 f"set nvidia_driver_branch: \"{need}\" (or leave it unset: provisioning installs the deployment's "
+                 "need), or pin an engine build for an older CUDA")
+
+
 def _check_image(dep: Deployment, engine: dict, backend: dict, hw: dict, out: list[Problem]) -> None:
     """Container runtime needs an image for the workers: ``glmops_image`` or the catalog's for the engine that
     runs the model (Dynamo: its backend's, e.g. seed 001's vLLM image) x model x vendor. A front door without an
@@ -961,9 +1109,10 @@ def _check_disagg(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
                      f"{key} differs between pools: prefill {va if va is not None else '(default)'!r}, decode "
                      f"{vb if vb is not None else '(default)'!r}; accepted: the same value on prefill and decode",
                      "set layout-affecting settings once (glmops_engine_args / glmops_env), not per pool")
-    # F06: cross-host NIXL needs RDMA devices pinned on every host
+    # F06: cross-host NIXL over RDMA needs RDMA devices pinned on every host; a UCX_TLS without RDMA
+    # transports (seed 001 GB200: cuda_copy,tcp) needs none (D3)
     transports = {_transport(dep, pre), _transport(dep, dec)}
-    if "nixl" in transports:
+    if "nixl" in transports and any(engine_base.pool_ucx_rdma(dep, p) for p in (pre, dec)):
         hosts_pre, hosts_dec = _placed_hosts(dep, pre), _placed_hosts(dep, dec)
         cross = len(hosts_pre | hosts_dec) > 1
         if cross and (dep.hardware != "cpu"):
@@ -976,7 +1125,8 @@ def _check_disagg(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
                          f"host{'s' if len(missing) > 1 else ''} {names} ha{'ve' if len(missing) > 1 else 's'} no "
                          f"glmops_rdma_devices but NIXL transfers KV across {len(placed)} hosts; accepted: a list of "
                          "RDMA NICs on every host, e.g. [mlx5_0, mlx5_1]",
-                         "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang")
+                         "pin the NICs so UCX_NET_DEVICES is rendered; unpinned cross-host transfers hang (a TCP "
+                         "path, UCX_TLS without rc/ud/dc/ib such as cuda_copy,tcp, needs none)")
 
 
 def _check_side_channels(dep: Deployment, out: list[Problem]) -> None:
@@ -1250,7 +1400,7 @@ def redacted(problems: Iterable[Problem], secrets: Iterable[str]) -> list[Proble
                 else:
                     text = text.replace(repr(secret), "<redacted>")
             fields.append(text)
-        out.append(p if fields == [p.path, p.message, p.hint] else Problem(p.code, *fields))
+        out.append(p if fields == [p.path, p.message, p.hint] else Problem(p.code, *fields, severity=p.severity))
     return out
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from glmops import generations as G
 from glmops import planning, runner
 from glmops.commands.history import read_history
+from glmops.commands.options import print_warnings
 from glmops.model import ValidationError
 from glmops.output import console as make_console
 
@@ -20,13 +21,15 @@ def load_plan(inventory: str, topology: str | None, overrides: dict[str, Any] | 
     """The validated Plan (:func:`glmops.planning.load`; ask it for the part you need:
     ``.view()``, ``.checkpoint()``, ...) or exit 2 printing every problem."""
     try:
-        return planning.load(inventory, topology, overrides)
+        planned = planning.load(inventory, topology, overrides)
     except ValidationError as exc:
         err = make_console(stderr=True)
         err.print(f"{len(exc.problems)} problem(s) in {inventory}; no host contacted:", markup=False)
         for problem in exc.problems:
             err.print(f"  {problem}", markup=False)
         sys.exit(2)
+    print_warnings(planned.warnings, inventory, err=True)
+    return planned
 
 
 def deployed_topology(inventory: str, default: str) -> str:

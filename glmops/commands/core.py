@@ -1,8 +1,9 @@
 """The core verbs: ``glmops validate`` (here) and ``glmops plan`` (``glmops.commands.plan``,
 re-exported so the verb table can point at this module).
 
-Both read the inventory on the controller only; no host is contacted. Exit codes: 0 valid,
-2 bad input (every problem printed at once).
+Both read the inventory on the controller only; no host is contacted. Exit codes: 0 valid
+(warnings printed: deviations from a seed's recipe the engine accepts), 2 bad input (every
+problem printed at once; ``--strict``: a warning too).
 """
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import sys
 
 import click
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from glmops.commands.options import STRICT, print_warnings
 
 from glmops import planning
 from glmops.commands.plan import plan  # noqa: F401  (verb table: glmops.commands.core:plan)
-from glmops.model import ValidationError
+from glmops.model import ValidationError, split_problems
 
 
 def _summary(dep, the_plan) -> str:
@@ -36,27 +38,38 @@ def _summary(dep, the_plan) -> str:
 @click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,
               help="Override glmops_topology.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def validate(inventory: str, topology: str | None, as_json: bool) -> None:
-    """Check an inventory without contacting any host; print every problem (exit 2)."""
+@STRICT
+def validate(inventory: str, topology: str | None, as_json: bool, strict: bool) -> None:
+    """Check an inventory without contacting any host; print every problem (exit 2) and every
+    warning (exit 0; --strict: exit 2)."""
     dep = None
     the_plan = None
-    problems = []
+    problems: list = []
+    warnings: list = []
     try:
-        planned = planning.load(inventory, topology)
-        dep, the_plan = planned.deployment, planned.plan
+        planned = planning.load(inventory, topology, strict=strict)
+        dep, the_plan, warnings = planned.deployment, planned.plan, planned.warnings
     except ValidationError as exc:
-        problems = exc.problems
+        problems, warnings = split_problems(exc.problems, strict)
     if as_json:
-        click.echo(json.dumps({
+        out = {
             "inventory": inventory,
             "valid": not problems,
-            "problems": [{"code": p.code, "path": p.path, "message": p.message, "hint": p.hint} for p in problems],
-        }, indent=2))
+            "problems": [_as_dict(p) for p in problems],
+        }
+        if warnings:
+            out["warnings"] = [_as_dict(p) for p in warnings]
+        click.echo(json.dumps(out, indent=2))
     elif problems:
         click.echo(f"{len(problems)} problem(s) in {inventory}:")
-        for p in problems:
+        for p in problems + warnings:
             click.echo(f"  {p}")
     else:
         click.echo(_summary(dep, the_plan))
+        print_warnings(warnings, inventory)
     if problems:
         sys.exit(2)
+
+
+def _as_dict(p) -> dict:
+    return {"code": p.code, "path": p.path, "message": p.message, "hint": p.hint, "severity": p.severity}

@@ -10,3 +10,13 @@ INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exi
 TOPOLOGY = click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,
                         help="Override the inventory's glmops_topology.")
 LIMIT = click.option("--limit", default=None, help="Ansible --limit pattern.")
+STRICT = click.option("--strict", is_flag=True, default=False,
+                      help="Refuse warnings too (deviations from a seed's recipe): exit 2.")
+
+
+def print_warnings(warnings: list, inventory: str, err: bool = False) -> None:
+    """One line per warning of the rules (a :class:`glmops.model.Problem` with severity warning)."""
+    if warnings:
+        click.echo(f"{len(warnings)} warning(s) in {inventory} (--strict refuses them):", err=err)
+        for p in warnings:
+            click.echo(f"  {p}", err=err)

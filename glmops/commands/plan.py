@@ -12,6 +12,7 @@ import click
 import yaml
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
+from glmops.commands.options import STRICT, print_warnings
 from glmops import planning, render
 from glmops.model import ValidationError, is_secret
 from glmops.plan import summary_rows
@@ -72,13 +73,15 @@ def redacted(data, secret_values=frozenset()):
               show_default=True, help="Output format.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Write every file a deploy would place, as OUT/<host>/<path>.")
-def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) -> None:
-    """Show which services run where, with which flags (exit 2 on bad input)."""
+@STRICT
+def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, strict: bool) -> None:
+    """Show which services run where, with which flags (exit 2 on bad input; warnings go to
+    stderr, exit 0, --strict: exit 2)."""
     if out_dir is not None and not out_dir.strip():
         click.echo("error: --out '' names no directory; accepted: a directory path", err=True)
         sys.exit(2)
     try:
-        planned = planning.load(inventory, topology)
+        planned = planning.load(inventory, topology, strict=strict)
         dep, the_plan = planned.deployment, planned.plan
         written = []
         if out_dir:
@@ -91,6 +94,7 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None) ->
     except ValueError as exc:  # render refusals (e.g. container runtime without an image)
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    print_warnings(planned.warnings, inventory, err=True)
     if fmt == "json":
         click.echo(json.dumps(redacted(the_plan.to_dict(), dep.secret_values or frozenset()), indent=2))
     elif fmt == "yaml":

@@ -91,6 +91,15 @@ def print_reports(nodes: dict[str, dict[str, Any]], console: Console) -> None:
             console.print(f"warning {line}", markup=False)
 
 
+def planned_driver_branch(planned: planning.Planned | None) -> str | None:
+    """The driver branch the Plan's builds need (the highest ``driver_min`` of its hosts' precheck
+    needs, :func:`glmops.prechecks.driver_need`), or None without a Plan or an NVIDIA host."""
+    if planned is None:
+        return None
+    need = max((int(n.get("driver_min") or 0) for n in planned.precheck_needs().values()), default=0)
+    return str(need) if need else None
+
+
 @click.command("provision")
 @ANSIBLE_OPTS
 @INVENTORY
@@ -112,6 +121,9 @@ def provision(inventory, check, diff, limit, no_reboot, upgrade_driver):
         extravars["nvidia_driver_reboot"] = False
     if upgrade_driver:
         extravars["nvidia_driver_upgrade"] = True
+    branch = planned_driver_branch(planned)
+    if branch:  # F30: the driver branch the deployment's engine builds need (roles/nvidia_driver default)
+        extravars["nvidia_driver_planned_branch"] = branch
 
     collector = ReportCollector()
     result = runner.run("provision", "provision.yml", inventory, extravars,

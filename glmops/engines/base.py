@@ -70,6 +70,10 @@ class Catalog:
     def recipes(self) -> list[dict[str, Any]]:
         return list(_catalog_file("recipes").get("engine_recipes") or [])
 
+    def transport(self, key: str) -> dict[str, Any]:
+        """``engines.yaml:transports.<key>`` (engine-neutral KV transfer facts, e.g. ``ucx``)."""
+        return (_catalog_file("engines").get("transports") or {}).get(key) or {}
+
     def parsers(self, model: str, engine: str) -> dict[str, str]:
         return dict((self.model(model).get("parsers") or {}).get(engine) or {})
 
@@ -427,6 +431,32 @@ def ucx_net_devices(hosts: list[HostSpec]) -> str | None:
             if name not in devs:
                 devs.append(name)
     return ",".join(devs) if devs else None
+
+
+def ucx_uses_rdma(tls: str | None) -> bool:
+    """Whether UCX may move data over RDMA NICs with ``UCX_TLS`` = ``tls``: unset (UCX's default
+    ``all``), a ``^`` exclusion list, or a list naming one of the catalog's
+    ``transports.ucx.rdma_tls`` (rc, ud, dc, ib, ...). False for e.g. ``cuda_copy,tcp``."""
+    if tls is None or not str(tls).strip() or str(tls).strip().startswith("^"):
+        return True
+    rdma = {str(t).lower() for t in CATALOG.transport("ucx").get("rdma_tls") or []}
+    return any(t.strip().lower() in rdma for t in str(tls).split(","))
+
+
+def pool_ucx_rdma(dep: Deployment, pool: PoolSpec) -> bool:
+    """:func:`ucx_uses_rdma` of the pool's effective ``UCX_TLS`` (recipe env, then the inventory's
+    deployment and pool env, as :func:`base_env` layers them)."""
+    env = {**settings_for(dep, pool).recipe.env, **dep.env, **pool.env}
+    return ucx_uses_rdma(env.get("UCX_TLS"))
+
+
+def without_rdma_devices(env: dict[str, str], dep: Deployment, pool: PoolSpec) -> dict[str, str]:
+    """``env`` without ``UCX_NET_DEVICES`` when its ``UCX_TLS`` names no RDMA transport (seed 001
+    GB200: ``cuda_copy,tcp``) and the inventory does not set it itself: the RDMA ports of
+    ``glmops_rdma_devices`` (or an engine's ``all`` pin) do not belong beside a TCP path (D3)."""
+    if ucx_uses_rdma(env.get("UCX_TLS")) or "UCX_NET_DEVICES" in {**dep.env, **pool.env}:
+        return env
+    return {k: v for k, v in env.items() if k != "UCX_NET_DEVICES"}
 
 
 def transport_env(dep: Deployment, hosts: list[HostSpec], prefixes: tuple[str, ...]) -> dict[str, str]:

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops.model import Deployment, PoolSpec, Problem
+from glmops.model import WARNING, Deployment, PoolSpec, Problem
 
-__all__ = ["Problem", "problem", "src", "few", "canon", "dig", "deep_merge", "pool_args", "pool_config",
+__all__ = ["Problem", "problem", "warning", "src", "few", "canon", "dig", "deep_merge", "pool_args", "pool_config",
            "pool_env", "argv_value", "as_int", "int_range"]
 
 
 def problem(out: list[Problem], code: str, path: str, message: str, hint: str = "") -> None:
     """Append ``Problem(code, path, message, hint)`` to ``out``."""
     out.append(Problem(code, path, message, hint))
+
+
+def warning(out: list[Problem], code: str, path: str, message: str, hint: str = "") -> None:
+    """Append a warning ``Problem``: a deviation from a seed's recipe the engine accepts. The
+    message names the value, the seed's value and its source; ``glmops validate`` prints it and
+    exits 0, ``--strict`` refuses it."""
+    out.append(Problem(code, path, message, hint, severity=WARNING))
 
 
 def src(dep: Deployment, *keys: str) -> str:

@@ -148,4 +148,4 @@ def worker_env(ctx: Ctx, pool: PoolSpec, pl: Placement, rank: int, st: Settings,
     env.update(base.base_env(dep, pool, st.recipe, ENGINE))
     if engine_key != ENGINE:
         env.update({k: str(v) for k, v in (CATALOG.engine(engine_key).get("env") or {}).items()})
-    return env
+    return base.without_rdma_devices(env, dep, pool) if dep.topology == "disagg" and pool.role != "agg" else env

@@ -19,7 +19,8 @@ from glmops import catalog as catalog_mod
 from glmops.catalog import flags as F
 from glmops.engines import base, vllm_router
 from glmops.engines.base import CATALOG, Ctx, Placement, Settings
-from glmops.engines.problems import argv_value, as_int, dig, int_range, pool_args, pool_config, pool_env, problem, src
+from glmops.engines.problems import (argv_value, as_int, canon, dig, int_range, pool_args, pool_config, pool_env,
+                                     problem, src, warning)
 from glmops.engines.registry import EngineSpec, FrontDoor, RuleFacts
 from glmops.model import ConfigFile, Deployment, Plan, PoolSpec, Problem, Service
 
@@ -90,19 +91,53 @@ def llm_api_config(ctx: Ctx, pool: PoolSpec, st: Settings) -> dict[str, Any]:
     return cfg
 
 
-def _note_attention_dp_tokens(ctx: Ctx, pool: PoolSpec, st: Settings) -> None:
+def attention_dp_tokens(dep: Deployment, pool: PoolSpec) -> tuple[int, int, str, str] | None:
     """Seed 000, ``enable_attention_dp``: "When enabled, use --max_num_tokens 4096 for the
-    configuration above" (a recommendation, so a plan note, not a refusal): the value comes from
-    the recipe entry that matches ``attention_dp: true``; a deployment value that differs is noted."""
-    if not pool.attention_dp or ctx.dep.max_num_tokens is None:
-        return
+    configuration above". ``(value, seed value, source, inventory path)`` when an attention-DP pool
+    runs another max_num_tokens than the recipe entry that matches ``attention_dp: true``
+    (``glmops_max_num_tokens`` or an engine_args override), else None. TensorRT-LLM accepts any
+    value: a warning (:func:`_check_recipe_deviation`) and a plan note, never a refusal."""
+    if not pool.attention_dp:
+        return None
+    args = pool_args(dep, pool)
+    if args.get("max-num-tokens") is not None:
+        got: Any = args["max-num-tokens"]
+        key = next((k for k in pool.engine_args if canon(k) == "max-num-tokens"), None)
+        where = src(dep, f"pools.{pool.role}.engine_args.{key}" if key else "engine_args.max_num_tokens",
+                    "engine_args.max-num-tokens", f"pools.{pool.role}.engine_args", "engine_args")
+    elif dep.max_num_tokens is not None:
+        got, where = dep.max_num_tokens, src(dep, "max_num_tokens", "glmops_max_num_tokens")
+    else:
+        return None  # the recipe's value is used
+    st = base.settings_for(dep, pool)
     for entry in CATALOG.recipes():
         if entry.get("id") in st.recipe.ids and (entry.get("match") or {}).get("attention_dp") is True:
             want = (entry.get("settings") or {}).get("max_num_tokens")
-            if want is not None and int(ctx.dep.max_num_tokens) != int(want):
-                ctx.notes.append(
-                    f"pool {pool.role}: attention DP with max_num_tokens {ctx.dep.max_num_tokens}; the recipe says "
-                    f"{want} ({entry.get('source')}: 'When enabled, use --max_num_tokens {want}')")
+            if want is not None and as_int(got) is not None and as_int(got) != int(want):
+                return int(got), int(want), str(entry.get("source")), where
+    return None
+
+
+def _note_attention_dp_tokens(ctx: Ctx, pool: PoolSpec) -> None:
+    """The plan note of :func:`attention_dp_tokens`."""
+    found = attention_dp_tokens(ctx.dep, pool)
+    if found:
+        got, want, source, _where = found
+        ctx.notes.append(f"pool {pool.role}: attention DP with max_num_tokens {got}; the recipe says "
+                         f"{want} ({source}: 'When enabled, use --max_num_tokens {want}')")
+
+
+def _check_recipe_deviation(dep: Deployment, _facts: RuleFacts, out: list[Problem]) -> None:
+    """RECIPE_DEVIATION warnings: settings TensorRT-LLM accepts that differ from the seed's
+    recipe (attention DP with a max_num_tokens other than seed 000's)."""
+    for pool in dep.pools:
+        found = attention_dp_tokens(dep, pool)
+        if found:
+            got, want, source, where = found
+            warning(out, "RECIPE_DEVIATION", where,
+                    f"pool {pool.role} runs attention DP with max_num_tokens {got}; the seed's value: {want} "
+                    f"({source}: 'When enabled, use --max_num_tokens {want}'); TensorRT-LLM accepts it",
+                    f"set glmops_max_num_tokens: {want}, or keep {got} knowingly (glmops validate --strict refuses it)")
 
 
 def serve_args(ctx: Ctx, pool: PoolSpec, st: Settings) -> dict[str, Any]:
@@ -138,7 +173,7 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
     dep = ctx.dep
     st = base.settings_for(dep, pool)
     if replica == 0:
-        _note_attention_dp_tokens(ctx, pool, st)
+        _note_attention_dp_tokens(ctx, pool)
     head = pl.head
     alloc = ctx.alloc(head.host.name)
     http = alloc.take(base.PORT_BASES["http"], 1, want=pl.http_want)[0]
@@ -155,6 +190,8 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
         # identical NIXL_*/UCX_* lines on context and generation (F04), NIC pinned (F06)
         env.update(base.transport_env(dep, [head.host], ("UCX_", "NIXL_", "TRTLLM_NIXL_", "TRTLLM_UCX_")))
     env.update(base.base_env(dep, pool, st.recipe, ENGINE))
+    if dep.topology == "disagg" and pool.role != "agg":
+        env = base.without_rdma_devices(env, dep, pool)
     argv = serve
     if pl.nnodes > 1:
         hosts = ",".join(f"{n.host.address}:{len(n.gpus)}" for n in pl.nodes)
@@ -314,6 +351,7 @@ def _check_config(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
                     problem(out, "CONTEXT_WORKER_CONFIG", src(dep, f"pools.prefill.engine_config.{key}", cpath),
                             f"context worker {key} is {got!r}; accepted: {value!r}",
                             "seed 000: set disable_overlap_scheduler: true and cuda_graph_config: null on the context worker")
+    _check_recipe_deviation(dep, facts, out)
 
 
 def _check_cuda_graph(dep: Deployment, pool: PoolSpec, cfg: dict, cpath: str, out: list[Problem]) -> None:

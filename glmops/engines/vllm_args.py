@@ -207,4 +207,4 @@ def worker_env(ctx: Ctx, pool: PoolSpec, pl: Placement, rank: int, st: Settings,
     # the side channel must advertise this node's own address even if env overrides gave a port
     if "nixl_side_channel" in ports:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = node.host.address
-    return env
+    return base.without_rdma_devices(env, dep, pool) if disagg else env

@@ -94,6 +94,8 @@ class ActionModule(ActionBase):
                     problems=[p.__dict__ for p in exc.problems],
                 )
                 return result
+            for warning in planned.warnings:  # deviations from a seed's recipe the engine accepts
+                display.warning(f"glmops: {warning}")
             view, smoke_target = planned.view(), asdict(planned.smoke_target())
             needs = planned.precheck_needs() if want_needs else None
         # beside the plan, not in it: the plan (and its hash in the generation records) stays as it was

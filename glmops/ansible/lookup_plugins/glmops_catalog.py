@@ -5,6 +5,8 @@ no copy of them:
 
 * ``driver_min`` -> int: the lowest NVIDIA driver branch any engine needs
   (``engines.*.driver_min``; seed 000: "CUDA Driver 575 or later");
+* ``driver_release``, BRANCH -> str: the point release glmops installs for a driver branch
+  (``engines.yaml:cuda.driver_releases``); an unknown branch fails naming the known ones;
 * ``hardware``, KEY -> dict: ``hardware.KEY`` (``{}`` for an empty KEY or ``cpu``);
   an unknown KEY fails naming the accepted keys.
 
@@ -31,11 +33,18 @@ class LookupModule(LookupBase):
                 "nvidia_driver_hw (or nvidia_driver_enabled/_fabricmanager/_nvlsm), container_toolkit_enabled") from None
 
         if not terms:
-            raise AnsibleLookupError("glmops_catalog: name what to read: driver_min | hardware KEY")
+            raise AnsibleLookupError("glmops_catalog: name what to read: driver_min | driver_release BRANCH | hardware KEY")
         what, args = terms[0], list(terms[1:])
         catalog = cat.load()
         if what == "driver_min":
             return [driver_min(catalog)]
+        if what == "driver_release":
+            releases = (catalog.data["engines"].get("cuda") or {}).get("driver_releases") or {}
+            branch = str(args[0]).split(".")[0] if args else ""
+            if branch not in releases:
+                raise AnsibleLookupError(f"glmops_catalog: no driver release for branch {branch!r}; known: "
+                                         f"{', '.join(sorted(releases))} (set nvidia_driver_version)")
+            return [str(releases[branch])]
         if what == "hardware":
             key = args[0] if args else ""
             if not key or key == "cpu":
@@ -44,4 +53,4 @@ class LookupModule(LookupBase):
                 return [dict(catalog.hw(key))]
             except LookupError as exc:
                 raise AnsibleLookupError(f"glmops_catalog: glmops_hardware: {exc}") from exc
-        raise AnsibleLookupError(f"glmops_catalog: {what!r} is not one of: driver_min, hardware")
+        raise AnsibleLookupError(f"glmops_catalog: {what!r} is not one of: driver_min, driver_release, hardware")
