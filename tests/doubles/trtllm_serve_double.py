@@ -36,6 +36,11 @@ Runtime behaviour
   (JSON list of iteration stats; filled only with ``enable_iter_perf_stats: true``; with a
   ``speculative_config`` each entry has ``specDecodingStats`` incl. ``acceptanceLength``),
   ``/prometheus/metrics`` (Prometheus text, only with ``return_perf_metrics: true``),
+  ``/perf_metrics`` (with ``return_perf_metrics: true``: one entry per request since the last
+  read, handed out once, ``{request_id, ctx_request_id, perf_metrics: {timing_metrics}}``; a
+  generation_only request's timing has ``kv_cache_transfer_start``/``_end`` and
+  ``kv_cache_size`` > 0, the shape of TensorRT-LLM's RequestPerfMetrics.TimingMetrics and
+  openai_server.py get_perf_metrics; no KV-transfer counter in Prometheus, as upstream),
   ``/server_info``; POST ``/v1/completions``, ``/v1/chat/completions`` (``stream`` = SSE).
 * Chat: ``--reasoning_parser`` -> ``reasoning_content``; ``--tool_parser`` + tools with
   ``tool_choice: auto`` -> ``tool_calls`` / finish ``tool_calls``; ``tool_choice``
@@ -478,6 +483,8 @@ class TrtllmWorker(EngineServer):
         self.ctx_ids = itertools.count(1)
         self.kv_held: dict[int, dict] = {}
         self.iter_stats: list[dict] = []
+        self.perf: list[dict] = []
+        self.request_ids = itertools.count(1)
         self.iteration = 0
         self.transceiver = llm_args.get("cache_transceiver_config")
         kv = llm_args.get("kv_cache_config") or {}
@@ -518,6 +525,10 @@ class TrtllmWorker(EngineServer):
                 with self.lock:
                     stats, self.iter_stats = self.iter_stats, []
                 return h.send_json(200, stats if self.llm_args.get("enable_iter_perf_stats") else [])
+            if path == "/perf_metrics":
+                with self.lock:
+                    perf, self.perf = self.perf, []
+                return h.send_json(200, perf if self.llm_args.get("return_perf_metrics") else [])
             if path == "/prometheus/metrics" and self.llm_args.get("return_perf_metrics"):
                 return h.send_bytes(200, self._prometheus().encode(),
                                     "text/plain; version=0.0.4; charset=utf-8")
@@ -580,6 +591,16 @@ class TrtllmWorker(EngineServer):
         with self.lock:
             self.iter_stats.append(entry)
 
+    def _record_perf(self, record, t0, kv_timing):
+        now = time.time()
+        entry = {"request_id": next(self.request_ids), "perf_metrics": {"timing_metrics": {
+            "arrival_time": t0, "first_scheduled_time": t0, "first_token_time": now, "last_token_time": now,
+            **kv_timing}}}
+        if record.get("ctx_request_id") is not None:
+            entry["ctx_request_id"] = record["ctx_request_id"]
+        with self.lock:
+            self.perf.append(entry)
+
     def _generate(self, h, path):
         t0 = time.time()
         body = h.body_json()
@@ -593,6 +614,7 @@ class TrtllmWorker(EngineServer):
                 return self._error(h, 400, err)
         dp = body.get("disaggregated_params") or {}
         rtype = dp.get("request_type")
+        kv_timing: dict = {}
         record = {"endpoint": path, "role": "aggregated", "stream": bool(body.get("stream"))}
         extra = None
         if rtype is not None:
@@ -638,6 +660,9 @@ class TrtllmWorker(EngineServer):
                 return self._error(h, 500, f"KV cache transfer from {state['ctx']} failed: "
                                    f"{pulled}", "InternalServerError")
             record.update(role="generation", ctx_request_id=ctx_id, ctx_server=state["ctx"])
+            kv_timing = {"kv_cache_transfer_start": t0, "kv_cache_transfer_end": time.time(),
+                         # bytes: tokens x a toy per-token size (the real figure is the layers' K/V)
+                         "kv_cache_size": int(pulled.get("prompt_tokens") or 1) * 4096}
         if chat:
             res = self.behaviour.chat_result(body)
         else:
@@ -655,6 +680,7 @@ class TrtllmWorker(EngineServer):
         self.count("completion_tokens", res["completion_tokens"])
         self.log_request(record)
         self._record_iteration(res, t0)
+        self._record_perf(record, t0, kv_timing)
         if body.get("stream"):
             h.start_sse()
             if self.behaviour.ttft:

@@ -2,7 +2,8 @@
 strict trtllm-serve double installed where the venv runtime expects the engine and the
 real vllm-router from the lab wheelhouse (``inventories/lab-b200sim``).
 
-agg: two replicas (GPUs 0-3, 4-7) behind vllm-router round robin; disagg: context and
+agg: two replicas (GPUs 0-3, 4-7) behind vllm-router round robin (and F23: a transient
+vllm-router in PD mode over them fails the disaggregated smoke check); disagg: context and
 generation workers behind ``trtllm-serve disaggregated -c`` (the agg units are removed as
 stale). Then F13: a worker that stays in its loading phase fails the deploy, naming the
 unit and printing its journal tail, and no front door is started.
@@ -91,6 +92,38 @@ def test_b200_agg_plan_serves_on_the_double(lab, inventory):
         assert f"CUDA_VISIBLE_DEVICES={gpus}" in env.stdout
     again = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
     assert again.returncode == 0 and "changed: 0 " in again.stdout, again.stdout[-3000:]
+
+
+def test_f23_smoke_fails_when_a_pd_router_fronts_two_aggregated_workers(lab, inventory):
+    """F23 on the agg deployment, no new deploy: a transient vllm-router in PD mode in front of
+    the two aggregated replicas (each runs the whole request, no KV moves), and `glmops smoke
+    --topology disagg` pointed at it (the disagg Plan's prefill/decode workers sit on the agg
+    replicas' ports 8001/8002): the check fails naming the missing transfer evidence."""
+    unit = "glmops-f23-pd-router"
+    router = "/opt/glmops/venvs/vllm-router-0.1.17/bin/vllm-router"
+    started = D.ssh(lab, "lab-1", f"systemd-run --unit {unit} --collect {router} --policy round_robin "
+                                  f"--vllm-pd-disaggregation --prefill http://{ADDR}:8001 --decode http://{ADDR}:8002 "
+                                  f"--host {ADDR} --port 8010 --intra-node-data-parallel-size 1 "
+                                  f"--prometheus-host 127.0.0.1 --prometheus-port 29010")
+    assert started.returncode == 0, started.stderr
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            code = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://{ADDR}:8010/health"],
+                                  capture_output=True, text=True).stdout
+            if code == "200":
+                break
+            time.sleep(0.5)
+        proc = D.glmops("smoke", "-i", str(inventory), "--topology", "disagg", "--endpoint", f"http://{ADDR}:8010",
+                        "--only", "disagg", "--json", timeout=300)
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+        disagg = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}["disagg"]
+        assert disagg["status"] == "fail", disagg
+        assert disagg["reason"].startswith("no KV transfer evidence: decode glm-flash-b200-decode-0 served the request "
+                                           "without KV from prefill glm-flash-b200-prefill-0"), disagg["reason"]
+        assert f"no request at http://{ADDR}:8002/perf_metrics received KV" in disagg["reason"], disagg["reason"]
+    finally:
+        D.ssh(lab, "lab-1", f"systemctl stop {unit}")
 
 
 def test_noop_redeploy_is_one_read_and_drift_goes_the_full_way(lab, inventory):

@@ -96,6 +96,24 @@ def test_work_done_counts_only_counters_that_grew():
     assert not sm.has_work_counters(sm.MetricsRead(prom={"process_cpu_seconds_total": 3}))
 
 
+def test_label_selectors_and_only_successful_requests_count():
+    text = ('sglang:per_stage_req_latency_seconds_count{model_name="m",stage="decode_transferred"} 2\n'
+            'sglang:per_stage_req_latency_seconds_count{model_name="m",stage="decode_waiting"} 5\n'
+            'vllm:request_success_total{engine="0",finished_reason="stop"} 1\n'
+            'vllm:prompt_tokens_total{engine="0"} 40\n')
+    series: list = []
+    read = sm.MetricsRead(url="u", prom=sm.parse_prometheus(text, series), series=series)
+    assert read.value('sglang:per_stage_req_latency_seconds_count{stage="decode_transferred"}') == 2
+    assert read.value("sglang:per_stage_req_latency_seconds_count") == 7
+    assert read.value('sglang:per_stage_req_latency_seconds_count{stage="prefill_bootstrap"}') is None
+    # F23: a request that failed may still count prompt tokens; only the success counter decides
+    before = sm.MetricsRead(prom={"vllm:request_success_total": 1, "vllm:prompt_tokens_total": 10})
+    failed = sm.MetricsRead(prom={"vllm:request_success_total": 1, "vllm:prompt_tokens_total": 40})
+    assert sm.work_done(before, failed) and not sm.served_well(before, failed)
+    assert sm.served_well(sm.MetricsRead(prom={"vllm:request_success_total": 0}), read)
+    assert sm.grown(before, read, ["vllm:external_prefix_cache_hits_total"]) == {}
+
+
 def test_tiny_png_is_a_png():
     png = sm.tiny_png()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and b"IHDR" in png and png.endswith(b"IEND\xaeB`\x82")
@@ -182,6 +200,9 @@ def test_journal_reader_counts_request_lines_over_ssh(monkeypatch):
         'INFO:     10.77.0.13:40112 - "POST /v1/completions HTTP/1.1" 200 OK\n'
         'INFO:     10.77.0.13:40114 - "GET /metrics HTTP/1.1" 200 OK\n'
         'INFO:     10.77.0.13:40116 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+        'INFO:     10.77.0.13:40118 - "POST /v1/completions HTTP/1.1" 400 Bad Request\n'
+        "INFO 11-29 09:00:01 loggers.py: Engine 000: ... External prefix cache hit rate: 100.0%\n"
+        "INFO 11-29 09:00:11 loggers.py: Engine 000: ... External prefix cache hit rate: 0.0%\n"
         "INFO 11-29 09:00:00 loggers.py: Engine 000: Avg prompt throughput: 1.0 tokens/s\n"
     )
     calls = []
@@ -193,7 +214,9 @@ def test_journal_reader_counts_request_lines_over_ssh(monkeypatch):
     monkeypatch.setattr(subprocess, "run", fake_run)
     read = sm.journal_reader(str(REPO / "inventories" / "lab"))
     w = sm.Worker("glm-lab-prefill-0", "prefill", "lab-1", "glm-lab-prefill-0.service", "http://10.77.0.11:8001")
-    assert read(w, 1795941800.0) == 2
+    assert read(w, 1795941800.0) == 2  # the 400 line does not count (F23: only 2xx requests)
+    from glmops.engines import vllm
+    assert read(w, 1795941800.0, list(vllm.SPEC.kv_transfer.log_lines)) == 1  # a non-zero hit rate
     argv = calls[0]
     assert argv[0] == "ssh" and "root@10.77.0.11" in argv
     assert "--unit=glm-lab-prefill-0.service" in argv[-1] and "journalctl" in argv[-1]

@@ -209,7 +209,9 @@ def test_disagg_fails_when_a_role_did_no_work(doubles):
     assert "no decode worker shows a share of the request" in checks["disagg"].reason
 
 
-def test_disagg_without_metrics_uses_the_journal_reader(doubles):
+def test_disagg_without_metrics_uses_the_journal_reader_and_still_needs_the_kv(doubles):
+    """No Prometheus text: the journal's 2xx request lines show each side's share; without the
+    generation worker's per-request perf metrics nothing shows that KV moved: fail, naming why."""
     plain = "kv_cache_config:\n  dtype: fp8\n" + TRANSCEIVER
     ctx = doubles.worker("ctx", config=plain)
     gen = doubles.worker("gen", config=plain)
@@ -218,15 +220,85 @@ def test_disagg_without_metrics_uses_the_journal_reader(doubles):
                             workers=[worker("ctx-0", "prefill", ctx), worker("gen-0", "decode", gen)])
     asked = []
 
-    def journal(w, since):
-        asked.append((w.name, since))
+    def journal(w, since, patterns=None):
+        asked.append((w.name, since, patterns))
         return 1
 
     checks = by_name(sm.run(target, only=["disagg"], log_reader=journal))
-    assert checks["disagg"].status == sm.PASS and "from journal" in checks["disagg"].reason
-    assert [a[0] for a in asked] == ["ctx-0", "gen-0"]
+    assert [a[0] for a in asked] == ["ctx-0", "gen-0"] and asked[0][2] is None
+    reason = checks["disagg"].reason
+    assert checks["disagg"].status == sm.FAIL and "no KV transfer evidence" in reason, reason
+    assert f"no request at {gen}/perf_metrics received KV" in reason, reason
+    assert checks["disagg"].detail == {} and "decode gen-0 served the request without KV from prefill ctx-0" in reason
     none = by_name(sm.run(target, only=["disagg"]))
     assert none["disagg"].status == sm.FAIL and "no journal access" in none["disagg"].reason
+
+
+# ------------------------------------------------------------------ F23 on SGLang: the router's PD mode
+SGL_DOUBLE = REPO / "tests" / "doubles" / "sglang_double.py"
+SGL_ROUTER = REPO / "tests" / "doubles" / "sglang_router_double.py"
+SGL_MODEL = "RadixArk/GLM-5.3-Flash-NVFP4"
+
+
+def sglang_worker(d: Doubles, name: str, extra=()) -> str:
+    port = free_port()
+    log = open(d.tmp / f"{name}.log", "w")  # noqa: SIM115 - stays open for the process
+    d.procs.append(subprocess.Popen(
+        [sys.executable, str(SGL_DOUBLE), "--model-path", SGL_MODEL, "--host", "127.0.0.1", "--port", str(port),
+         "--enable-metrics", *extra], stdout=log, stderr=subprocess.STDOUT))
+    url = f"http://127.0.0.1:{port}"
+    wait_health(url)
+    return url
+
+
+def sglang_pd_router(d: Doubles, prefill: str, boot: str, decode: str) -> str:
+    port = free_port()
+    log = open(d.tmp / "router.log", "w")  # noqa: SIM115 - stays open for the process
+    d.procs.append(subprocess.Popen(
+        [sys.executable, str(SGL_ROUTER), "--pd-disaggregation", "--prefill", prefill, boot, "--decode", decode,
+         "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(free_port()),
+         "--prometheus-host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT))
+    url = f"http://127.0.0.1:{port}"
+    wait_health(url)
+    return url
+
+
+def sglang_target(front: str, prefill: str, decode: str) -> sm.SmokeTarget:
+    def w(name, role, url):
+        return sm.Worker(name=name, role=role, host="127.0.0.1", unit=f"{name}.service", base_url=url,
+                         metrics_urls=[url + p for p in sm.metrics_paths("sglang")])
+    return sm.SmokeTarget(endpoint=front, model=SGL_MODEL, engine="sglang", topology="disagg",
+                          workers=[w("prefill-0", "prefill", prefill), w("decode-0", "decode", decode)])
+
+
+def test_sglang_disagg_passes_on_the_decode_transferred_stage(doubles):
+    boot = free_port()
+    prefill = sglang_worker(doubles, "prefill", ["--disaggregation-mode", "prefill",
+                                                 "--disaggregation-bootstrap-port", str(boot)])
+    decode = sglang_worker(doubles, "decode", ["--disaggregation-mode", "decode"])
+    front = sglang_pd_router(doubles, prefill, str(boot), decode)
+    checks = by_name(sm.run(sglang_target(front, prefill, decode), only=["disagg"]))
+    assert checks["disagg"].status == sm.PASS, checks["disagg"].reason
+    assert ('KV handed over: decode-0 sglang:per_stage_req_latency_seconds_count{stage="decode_transferred"} 1'
+            in checks["disagg"].reason), checks["disagg"].reason
+
+
+def test_disagg_fails_when_both_roles_are_aggregated_workers_running_the_whole_request(doubles):
+    """F23: the PD router in front of two aggregated servers: each runs the whole request (its
+    success counter grows), no KV moves; the check fails naming the missing transfer evidence."""
+    a = sglang_worker(doubles, "agg-a")
+    b = sglang_worker(doubles, "agg-b")
+    front = sglang_pd_router(doubles, a, "none", b)
+    checks = by_name(sm.run(sglang_target(front, a, b), only=["disagg"]))
+    res = checks["disagg"]
+    assert res.status == sm.FAIL, res.reason
+    assert res.reason.startswith("no KV transfer evidence: decode decode-0 served the request without KV "
+                                 "from prefill prefill-0 (each worker ran the whole request"), res.reason
+    assert ('decode-0: ' + b + '/metrics shows none of '
+            'sglang:per_stage_req_latency_seconds_count{stage="decode_transferred"}') in res.reason, res.reason
+    # both did the whole request: each one's own success counter grew
+    state = {u: json.loads(urllib.request.urlopen(u + "/_double/state", timeout=5).read()) for u in (a, b)}
+    assert all(s["counters"].get("requests") == 1 for s in state.values()), state
 
 
 # ------------------------------------------------------------------ CLI
