@@ -179,7 +179,7 @@ def resolve_target(history: dict[str, dict[str, Any]], to: int | None) -> tuple[
 
 
 def _service(s: dict[str, Any]) -> dict[str, Any]:
-    return {k: s.get(k, "") for k in ("unit", "url", "health_url", "ready_url")}
+    return {k: s.get(k, "") for k in ("unit", "url", "health_url", "ready_url", "auth")}
 
 
 def steps(services: list[dict[str, Any]], changed: set[str], topology: str) -> list[Step]:
