@@ -291,7 +291,7 @@ class Deployment:
     layout: str | None = None  # id of the catalog layout that gave the pools (recipes.yaml:layouts)
     monitoring: dict[str, Any] = field(default_factory=dict)  # glmops_monitoring settings as given
     raw_variables: list[str] = field(default_factory=list)  # every glmops_* variable the inventory set
-    secret_values: frozenset[str] = frozenset()  # plain values read from Ansible Vault: secret by value
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False)  # plain values read from Ansible Vault: secret by value
     # glmops_api_key: the key clients present (Authorization: Bearer); each engine/front door gets it through
     # its own environment variable (catalog engines.<engine>.api_key.env), only in 0600 env files
     api_key: str | None = field(default=None, repr=False)
