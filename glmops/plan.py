@@ -236,6 +236,11 @@ def _build(dep: Deployment) -> Plan:
                      "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
     if dep.api_key:
         _give_api_key(dep.api_key, workers + front)
+        for svc in front:
+            why = base.api_key_open_door(svc.engine)
+            if why:
+                notes.append(f"glmops_api_key: the workers require it, but {svc.name} ({svc.engine}) does not check "
+                             f"clients itself: {why}")
     for svc in stores + workers + front:
         _plain_service(svc)
     return Plan(

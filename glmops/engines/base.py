@@ -504,6 +504,13 @@ def api_key_env(engine_key: str) -> str:
     return str((CATALOG.engine(engine_key).get("api_key") or {}).get("env") or "")
 
 
+def api_key_open_door(engine_key: str) -> str:
+    """Why a front door that takes the key does not check it on the clients' requests itself
+    (catalog ``api_key.checks_clients: false``, its ``says``); ``""`` when it checks (or is a worker)."""
+    spec = CATALOG.engine(engine_key).get("api_key") or {}
+    return str(spec.get("says") or "").strip() if spec.get("checks_clients") is False else ""
+
+
 def api_key_engines() -> list[str]:
     """``engine (VAR)`` for every catalog engine or front door that reads the key from its environment."""
     engines = _catalog_file("engines").get("engines") or {}
