@@ -532,20 +532,50 @@ def sweep(target: BenchTarget, cfg: SweepConfig, out: Path, run_point: Callable[
     return run
 
 
+#: runs a console script with ``--api-key <first stdin line>`` appended to its ``sys.argv`` inside
+#: the process: the key reaches aiperf (which sends ``Authorization: Bearer``) through a pipe, never
+#: through an argv word (``/proc/<pid>/cmdline``, ssh's remote command) or the command.txt record
+KEY_SHIM = ("import runpy,sys;k=sys.stdin.readline().strip();sys.argv=sys.argv[1:]+(['--api-key',k] if k else []);"
+            "runpy.run_path(sys.argv[0],run_name='__main__')")
+
+
+def interpreter_of(binary: str, remote: bool = False) -> str:
+    """The Python that runs the console script ``binary``: its venv's ``python3`` beside it (a remote
+    host's aiperf venv), else the script's ``#!`` line (a local aiperf on PATH)."""
+    if not remote:
+        try:
+            with open(binary, encoding="utf-8", errors="replace") as fh:
+                first = fh.readline().strip()
+            if first.startswith("#!") and "python" in first:
+                return first[2:].strip().split()[0]
+        except OSError:
+            pass
+    return str(Path(binary).parent / "python3")
+
+
+def keyed_argv(argv: list[str], remote: bool = False) -> list[str]:
+    """``argv`` (a console script first) run through :data:`KEY_SHIM`: the API key comes on stdin."""
+    return [interpreter_of(argv[0], remote), "-c", KEY_SHIM, *argv]
+
+
 def aiperf_point_runner(binary: str, target: BenchTarget, cfg: SweepConfig, timeout_s: float = 3600,
                         remote: Callable[[list[str]], list[str]] | None = None,
-                        fetch: Callable[[str], str] | None = None) -> Callable[[int, Path], dict]:
+                        fetch: Callable[[str], str] | None = None, api_key: str = "") -> Callable[[int, Path], dict]:
     """A ``run_point`` for :func:`sweep` that runs aiperf locally (or through ``remote(argv)
     -> ssh argv`` on a bench host, then ``fetch(remote path) -> text`` for its export) and
-    normalises its export. The client's stdout/stderr go to ``raw/c<N>/aiperf.log``."""
+    normalises its export. The client's stdout/stderr go to ``raw/c<N>/aiperf.log``. With
+    ``api_key`` (glmops_api_key) aiperf gets it on stdin (:func:`keyed_argv`), never in argv."""
     def run_point(c: int, raw: Path) -> dict:
         art = str(raw / "aiperf") if remote is None else f"/tmp/glmops-bench/{raw.parent.parent.name}/c{c:04d}"
         argv = aiperf_argv(binary, target.endpoint, target.model, target.tokenizer, cfg, c, art)
         (raw / "command.txt").write_text(shlex.join(argv) + "\n")
+        if api_key:
+            argv = keyed_argv(argv, remote=remote is not None)
         run_argv = remote(argv) if remote else argv
         with open(raw / "aiperf.log", "w") as log:
             r = subprocess.run(run_argv, check=False, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                               input=f"{api_key}\n".encode() if api_key else None)
         export_path = f"{art}/profile_export_aiperf.json"
         if r.returncode != 0:
             tail = (raw / "aiperf.log").read_text(errors="replace").strip().splitlines()[-5:]

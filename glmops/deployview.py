@@ -21,6 +21,8 @@ validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan
                    health_url, ready_url, metrics_url, start_order, replica, runtime, image,
                    paths: [every file path the unit depends on, unit file first],
                    instances: worker instances a front door must list before it is ready (0: not checked),
+                   auth: "VAR@ENV_FILE" when the service requires glmops_api_key (the gate and status
+                         read VAR from that 0600 file on the host and send Authorization: Bearer), else "",
                    runtime_marker: the venv's install marker ("" unless venv runtime)}
     file:         {path, content (str), mode, owner, group, service, sha256}
 
@@ -116,6 +118,8 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         files, secrets = _files(dep, plan, svc)
         runtime = _runtime(dep, svc)
         sview = _service_view(svc, [f["path"] for f in files + secrets])
+        # the gate and status read the API key from the env file on the host (never from Ansible)
+        sview["auth"] = f"{svc.auth_env}@{render.env_path(dep, svc)}" if svc.auth_env else ""
         # a venv reinstalled after the unit started (roles/engine_runtime writes this marker last)
         # restarts the unit: glmops_hostctl.py state --runtime
         sview["runtime_marker"] = f"{runtime['venv']}/{RUNTIME_MARKER}" if runtime and runtime.get("venv") else ""

@@ -179,7 +179,10 @@ def resolve_target(history: dict[str, dict[str, Any]], to: int | None) -> tuple[
 
 
 def _service(s: dict[str, Any]) -> dict[str, Any]:
-    return {k: s.get(k, "") for k in ("unit", "url", "health_url", "ready_url")}
+    out = {k: s.get(k, "") for k in ("unit", "url", "health_url", "ready_url")}
+    if s.get("auth"):  # VAR@ENV_FILE: the gate reads the API key there (glmops_api_key)
+        out["auth"] = s["auth"]
+    return out
 
 
 def steps(services: list[dict[str, Any]], changed: set[str], topology: str) -> list[Step]:

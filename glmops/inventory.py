@@ -1482,8 +1482,10 @@ def _assemble(s: _Load, hosts: dict[str, HostSpec], pools: list[PoolSpec], route
         nodes=s.nodes,
         monitoring=monitoring,
         raw_variables=sorted(s.raw),
-        # plain values read from Ansible Vault: secret by value wherever they land
-        secret_values=s.secret_values,
+        # plain values read from Ansible Vault: secret by value wherever they land (the API key too,
+        # vaulted or not: SECRET_IN_ARGV finds it in any argv word)
+        secret_values=s.secret_values | ({v["glmops_api_key"]} if v["glmops_api_key"] else set()),
+        api_key=v["glmops_api_key"] or None,
     )
 
 
@@ -1501,6 +1503,7 @@ _FIELD_VARS = {
     "dynamo_request_plane": "glmops_dynamo_request_plane", "dynamo_event_plane": "glmops_dynamo_event_plane",
     "pip_extra": "glmops_pip_extra", "image": "glmops_image",
     "topologies": "glmops_topologies", "strategy": "glmops_strategy", "nodes": "glmops_nodes",
+    "api_key": "glmops_api_key",
 }
 
 

@@ -338,7 +338,10 @@ class Deployment:
     nodes: int | None = None  # the nodes that strategy spans (glmops_nodes, else the workers / 1)
     monitoring: dict[str, Any] = field(default_factory=dict)  # glmops_monitoring settings as given
     raw_variables: list[str] = field(default_factory=list)  # every glmops_* variable the inventory set
-    secret_values: frozenset[str] = frozenset()  # plain values read from Ansible Vault: secret by value
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False)  # plain values read from Ansible Vault: secret by value
+    # glmops_api_key: the key clients present (Authorization: Bearer); each engine/front door gets it through
+    # its own environment variable (catalog engines.<engine>.api_key.env), only in 0600 env files
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def extra(self) -> dict[str, Any]:
@@ -425,6 +428,9 @@ class Service:
     runtime: Runtime = "venv"
     image: str = ""
     instances: int = 0
+    # the env var of this service's env file that holds the deployment's API key (glmops_api_key);
+    # the readiness gate and status read it there and send it as Authorization: Bearer ("" = no key)
+    auth_env: str = ""
 
     @property
     def unit(self) -> str:

@@ -213,6 +213,13 @@ def _build(dep: Deployment) -> Plan:
     if missing:
         notes.append(f"container runtime but no image for {', '.join(missing)}: set glmops_image "
                      "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
+    if dep.api_key:
+        _give_api_key(dep.api_key, workers + front)
+        for svc in front:
+            why = base.api_key_open_door(svc.engine)
+            if why:
+                notes.append(f"glmops_api_key: the workers require it, but {svc.name} ({svc.engine}) does not check "
+                             f"clients itself: {why}")
     for svc in stores + workers + front:
         _plain_service(svc)
     return Plan(
@@ -222,6 +229,17 @@ def _build(dep: Deployment) -> Plan:
         smoke=[f"{endpoint}/v1/completions", f"{endpoint}/v1/chat/completions", f"{endpoint}/health"],
         notes=notes,
     )
+
+
+def _give_api_key(key: str, services: list[Service]) -> None:
+    """Each service that serves HTTP gets the deployment's API key in its env (its 0600 env file) under
+    the variable its engine or front door reads (catalog ``api_key.env``; none: glmops.rules refuses),
+    and names that variable in ``auth_env`` for the gate and status. Never in argv."""
+    for svc in services:
+        var = base.api_key_env(svc.engine)
+        if var and (svc.health_url or svc.ready_url):
+            svc.env[var] = key
+            svc.auth_env = var
 
 
 def _plain(value: Any) -> Any:

@@ -1324,10 +1324,42 @@ def check_plan(plan: Plan, dep: Deployment | None = None) -> list[Problem]:
                                  f"{svc.name} advertises VLLM_NIXL_SIDE_CHANNEL_HOST={svc.env['VLLM_NIXL_SIDE_CHANNEL_HOST']!r} "
                                  f"on host {host}; accepted: {want!r}")
     _check_argv_secrets(plan, dep, out)
+    _check_api_key(plan, dep, out)
     spec = registry.find(plan.engine)
     if spec is not None and spec.plan_rules is not None:
         out += spec.plan_rules(plan, dep)
     return _dedupe(out)
+
+
+#: what an API key may hold: it lands in env files (systemd and ``docker --env-file`` syntax) and in
+#: an HTTP header, so printable ASCII without whitespace, quotes, backslash or ``$``
+_API_KEY = re.compile(r"^[!#%&(-\[\]-~]{8,4096}\Z")
+
+
+def _check_api_key(plan: Plan, dep: Deployment | None, out: list[Problem]) -> None:
+    """With ``glmops_api_key`` set, every service clients or front doors call takes it through its
+    env file (catalog ``engines.<engine>.api_key.env``); a component with no such mechanism
+    (argv only, or none) is API_KEY_UNSUPPORTED, naming it. The key's characters: API_KEY."""
+    if dep is None or not dep.api_key:
+        return
+    where = dep.source("api_key")
+    if not _API_KEY.match(dep.api_key):
+        _problem(out, "API_KEY", where, f"glmops_api_key ({len(dep.api_key)} characters) is not usable in an env file "
+                 "and a header; accepted: 8 to 4096 printable ASCII characters without whitespace, quotes, "
+                 "backslash or $", "generate one, e.g. openssl rand -hex 32, and keep it in Ansible Vault")
+    seen: list[str] = []
+    for svc in plan.services:
+        if svc.role == "store" or not (svc.health_url or svc.ready_url) or svc.engine in seen:
+            continue
+        seen.append(svc.engine)
+        if not engine_base.api_key_env(svc.engine):
+            says = engine_base.api_key_says(svc.engine)
+            _problem(out, "API_KEY_UNSUPPORTED", where,
+                     f"{svc.engine} ({svc.role}, {svc.name}) cannot take glmops_api_key from its 0600 env file"
+                     + (f": {says}" if says else "") + "; accepted: engines and front doors that read the key from "
+                     f"their environment: {', '.join(engine_base.api_key_engines())}",
+                     "unset glmops_api_key for this deployment (and guard the endpoint elsewhere, e.g. a reverse proxy), "
+                     "or use an engine that reads the key from its environment")
 
 
 def _secret_in(word: str, secrets: Iterable[str]) -> str | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import struct
 import time
@@ -133,6 +134,9 @@ class SmokeTarget:
     checkpoint_repo: str = ""
     workers: list[Worker] = field(default_factory=list)
     skips: dict[str, str] = field(default_factory=dict)
+    # the deployment requires glmops_api_key (the key itself is never part of a target: targets are
+    # written into run summaries; :func:`api_key_headers` reads it from the inventory when needed)
+    api_key_required: bool = False
 
 
 @dataclass
@@ -216,7 +220,7 @@ def target_from_plan(plan: Any, dep: Any = None) -> SmokeTarget:
     return SmokeTarget(endpoint=plan.endpoint_url.rstrip("/"), model=plan.served_model_name,
                        engine=plan.engine, topology=plan.topology, multimodal=multimodal,
                        speculative=spec, checkpoint_repo=repo, workers=workers,
-                       skips=model_skips(repo))
+                       skips=model_skips(repo), api_key_required=bool(dep is not None and dep.api_key))
 
 
 def model_skips(repo: str) -> dict[str, str]:
@@ -939,6 +943,21 @@ def journal_reader(inventory: str) -> Callable[..., int | None]:
     return read
 
 
+def auth_headers(key: str | None) -> dict[str, str]:
+    """``{"Authorization": "Bearer <key>"}``, or ``{}`` without a key."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def api_key_headers(inventory: str | None, topology: str | None = None) -> dict[str, str]:
+    """:func:`auth_headers` of the inventory's ``glmops_api_key`` (Vault decrypted by the loader); without
+    an inventory, of env ``GLMOPS_API_KEY`` (``--endpoint`` mode)."""
+    if not inventory:
+        return auth_headers(os.environ.get("GLMOPS_API_KEY"))
+    from glmops.inventory import load_deployment
+
+    return auth_headers(load_deployment(inventory, topology=topology).api_key)
+
+
 def smoke_after_deploy(inventory: str, topology: str | None, console: Any,
                        target: SmokeTarget | dict | None = None) -> bool:
     """What ``glmops deploy`` calls when it finished (unless ``--skip-smoke``): run every
@@ -947,7 +966,8 @@ def smoke_after_deploy(inventory: str, topology: str | None, console: Any,
     if isinstance(target, dict):
         target = SmokeTarget(**{**target, "workers": [Worker(**w) for w in target.get("workers") or []]})
     target = target or load_target(inventory, topology)
-    report = run(target, log_reader=journal_reader(inventory))
+    headers = api_key_headers(inventory, topology) if target.api_key_required else {}
+    report = run(target, log_reader=journal_reader(inventory), headers=headers)
     render_table(report, console)
     return report.ok
 

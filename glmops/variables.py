@@ -225,6 +225,11 @@ VARIABLES: dict[str, Var] = {
     "glmops_engine_config": Var("dict", "Engine config-file key overrides for every pool (TRT-LLM `--config` YAML keys; "
                                 "nested dicts merge; top-level keys checked like engine_args). Only TensorRT-LLM "
                                 "reads it (ENGINE_CONFIG).", shown_default="`{}`"),
+    "glmops_api_key": Var("str", "API key the deployment's endpoint and workers require (`Authorization: Bearer`), "
+                          "normally from Ansible Vault. Each component gets it its own way, only in its 0600 env file "
+                          "(vLLM `VLLM_API_KEY`, vllm-router `OPENAI_API_KEY`: catalog `engines.<engine>.api_key`); "
+                          "engines with no key mechanism outside argv are refused (API_KEY_UNSUPPORTED). The gate, "
+                          "the endpoint check, `glmops smoke`, `bench` and `status` send it.", shown_default="unset (no key)"),
     "glmops_env": Var("dict", "Extra environment for every pool's services (values become strings). Names glmops sets or "
                       "that change which code runs are refused (ENV_RESERVED): `CUDA_VISIBLE_DEVICES`, "
                       "`HIP_VISIBLE_DEVICES`, `HF_HUB_OFFLINE`, `TRANSFORMERS_OFFLINE`, `HOME`, `PATH`, `PYTHONPATH`, "

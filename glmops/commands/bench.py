@@ -5,6 +5,7 @@ Exit codes: 0 the sweep ran (every point), 1 a point or the whole run failed, 2 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -81,7 +82,9 @@ def bench(ctx, inventory, topology, quick, concurrency, isl, osl, multi_round, s
     console.print(f"bench {target.endpoint} model {target.model}: concurrency {cfg.concurrency}, "
                   f"ISL {cfg.isl} / OSL {cfg.osl}, {cfg.multi_round} rounds, client aiperf {version} on {host}, "
                   f"{target.gpus} {target.gpu_basis}(s), tokenizer {target.tokenizer}")
-    runner = b.aiperf_point_runner(binary, target, cfg, point_timeout, remote=remote, fetch=fetch)
+    # glmops_api_key (else GLMOPS_API_KEY for an --endpoint without -i): aiperf gets it on stdin
+    key = (dep.api_key if dep is not None else None) or os.environ.get("GLMOPS_API_KEY", "")
+    runner = b.aiperf_point_runner(binary, target, cfg, point_timeout, remote=remote, fetch=fetch, api_key=key or "")
     try:
         run = b.sweep(target, cfg, Path(out), runner, _progress(console, cfg), client="aiperf", bench_host=host,
                       client_version=version)

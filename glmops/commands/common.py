@@ -69,6 +69,28 @@ def exit_if_plan_refused(result: runner.RunResult) -> None:
     sys.exit(2)
 
 
+def interactive() -> bool:
+    """Is there a terminal to ask on (stdin and stderr are TTYs)?"""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def confirm_destructive(what: str, yes: bool) -> None:
+    """A destructive verb goes on with ``--yes``; else on a terminal it asks (default no, exit 1 on
+    no), and without a terminal (scripts, CI) it refuses with exit 2 naming ``--yes``."""
+    if yes:
+        return
+    err = make_console(stderr=True)
+    if interactive():
+        import click
+
+        if click.confirm(f"{what}. Go on?", default=False, err=True):
+            return
+        err.print("nothing done")
+        sys.exit(1)
+    err.print(f"{what}: pass --yes to confirm (no terminal to ask on)")
+    sys.exit(2)
+
+
 def extravars(topology: str | None, **more: Any) -> dict[str, Any]:
     """The run's extra vars: ``more`` without the None ones, and ``glmops_topology``."""
     out = {k: v for k, v in more.items() if v is not None}

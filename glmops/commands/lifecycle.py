@@ -6,13 +6,12 @@ its run. Exit codes: 0 ok, 1 the run failed, 2 bad input.
 """
 from __future__ import annotations
 
-import sys
 
 import click
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import extravars, finish, load_deployed_plan
+from glmops.commands.common import confirm_destructive, extravars, finish, load_deployed_plan
 from glmops.commands.options import INVENTORY, TOPOLOGY
 from glmops.output import console as make_console
 
@@ -91,16 +90,15 @@ def stop(inventory, topology):
 @ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
-@click.option("--yes", is_flag=True, help="Required: really remove the deployment.")
+@click.option("--yes", is_flag=True, help="Remove without asking (needed where there is no terminal to ask on).")
 @click.option("--purge-checkpoints", is_flag=True, help="Also delete the downloaded checkpoint.")
 def destroy(inventory, topology, yes, purge_checkpoints):
     """Stop and remove every unit, env and config file of the deployment (checkpoints
     stay unless --purge-checkpoints). Without --topology: the topology recorded on the
     hosts by the last deploy."""
     console = make_console()
-    if not yes:
-        make_console(stderr=True).print("destroy removes units and env files: pass --yes to confirm")
-        sys.exit(2)
+    confirm_destructive("destroy stops and removes every unit, env and config file of the deployment"
+                        + (" and its downloaded checkpoint" if purge_checkpoints else ""), yes)
     planned, topology = load_deployed_plan(inventory, topology)
     plan = planned.view()
     result = runner.run("destroy", "destroy.yml", inventory,

@@ -82,8 +82,10 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
     if multimodal is not None:
         target.multimodal = multimodal
     log_reader = sm.journal_reader(inventory) if inventory else None
+    # glmops_api_key from the inventory (Vault decrypted), else GLMOPS_API_KEY with --endpoint
+    headers = sm.api_key_headers(inventory, topology) if (target.api_key_required or not inventory) else {}
     report = sm.run(target, first_timeout=first_timeout, timeout=timeout, min_acceptance=min_acceptance,
-                    log_reader=log_reader, only=_names(only), skip=_names(skip))
+                    log_reader=log_reader, only=_names(only), skip=_names(skip), headers=headers)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

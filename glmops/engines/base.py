@@ -527,6 +527,32 @@ def base_env(dep: Deployment, pool: PoolSpec | None, rec: Recipe | None, engine_
     return env
 
 
+def api_key_env(engine_key: str) -> str:
+    """The environment variable through which ``engine_key`` (an engine or front door) reads the
+    deployment's API key (catalog ``engines.<engine>.api_key.env``); ``""`` when it has no key
+    mechanism outside argv (glmops.rules: API_KEY_UNSUPPORTED)."""
+    return str((CATALOG.engine(engine_key).get("api_key") or {}).get("env") or "")
+
+
+def api_key_open_door(engine_key: str) -> str:
+    """Why a front door that takes the key does not check it on the clients' requests itself
+    (catalog ``api_key.checks_clients: false``, its ``says``); ``""`` when it checks (or is a worker)."""
+    spec = CATALOG.engine(engine_key).get("api_key") or {}
+    return str(spec.get("says") or "").strip() if spec.get("checks_clients") is False else ""
+
+
+def api_key_engines() -> list[str]:
+    """``engine (VAR)`` for every catalog engine or front door that reads the key from its environment."""
+    engines = _catalog_file("engines").get("engines") or {}
+    return [f"{k} ({v['api_key']['env']})" for k, v in engines.items()
+            if isinstance(v, dict) and (v.get("api_key") or {}).get("env")]
+
+
+def api_key_says(engine_key: str) -> str:
+    """Why ``engine_key`` cannot take the key from its env file (catalog ``api_key.says``)."""
+    return str((CATALOG.engine(engine_key).get("api_key") or {}).get("says") or "").strip()
+
+
 def front_env(dep: Deployment) -> dict[str, str]:
     """Env of a router/orchestrator/frontend: the deployment's env without worker
     transport/device/engine settings and without hub tokens."""

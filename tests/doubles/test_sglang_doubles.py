@@ -86,6 +86,27 @@ def test_rejects_like_argparse(procs, sgl, extra, code, needle):
     assert needle in r.stderr
 
 
+def test_api_key_flags_as_the_real_parser_takes_them(procs, sgl):
+    """--api-key and --admin-api-key are plain str options (reference option list); a missing value
+    or a spelling the parser lacks is argparse's exit 2."""
+    r = procs.run([sgl, "--model-path", "m", "--api-key", "k1", "--admin-api-key", "k2"], env={"DOUBLE_DRY_RUN": "1"})
+    assert r.returncode == 0, r.stderr
+    ns = json.loads(r.stdout)
+    assert (ns["api_key"], ns["admin_api_key"]) == ("k1", "k2")
+    assert procs.run([sgl, "--model-path", "m", "--api-key"], env={"DOUBLE_DRY_RUN": "1"}).returncode == 2
+    bad = procs.run([sgl, "--model-path", "m", "--api_key", "k"], env={"DOUBLE_DRY_RUN": "1"})
+    assert bad.returncode == 2 and "unrecognized arguments: --api_key" in bad.stderr
+
+
+def test_api_key_guards_the_openai_routes(procs, sgl, tmp_path):
+    url = start_sglang(procs, sgl, tmp_path, "k", ["--api-key", "sk-double-key"])
+    wait_status(url + "/health", 200)
+    assert http("POST", url + "/v1/completions", {"prompt": "hi", "max_tokens": 1})[0] == 401
+    status, r = http("POST", url + "/v1/completions", {"prompt": "hi", "max_tokens": 1},
+                     headers={"Authorization": "Bearer sk-double-key"})
+    assert status == 200 and r["choices"], r
+
+
 def test_prefix_abbreviation_accepted(procs, sgl):
     r = procs.run([sgl, "--model-path", "m", "--tp", "2", "--dp", "2"], env={"DOUBLE_DRY_RUN": "1"})
     assert r.returncode == 0, r.stderr

@@ -113,6 +113,9 @@ def test_seed000_disagg_workers_and_orchestrator_accepted(procs, trt, tmp_path):
     (["--tool_parser", "glm45"], "Invalid value for '--tool_parser': 'glm45' is not one of"),
     (["--port", "http"], "Invalid value for '--port': 'http' is not a valid integer."),
     (["--trust_remote_code", "true"], "Error: Got unexpected extra argument (true)"),
+    # trtllm-serve has no API key option (reference/trtllm-serve.md): glmops refuses glmops_api_key for it
+    (["--api_key", "k"], "Error: No such option: --api_key"),
+    (["--api-key", "k"], "Error: No such option: --api-key"),
 ])
 def test_rejects_unknown_or_bad_flags_like_click(procs, trt, args, needle):
     r = procs.run([trt, "/models/m"] + args)

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -108,21 +109,33 @@ def main_pid(lab_inv: dict, host: str, unit: str) -> int:
 
 
 def completion(url: str, model: str, prompt: str = "Hello, my name is", max_tokens: int = 8,
-               timeout: float = 120) -> dict:
-    """POST /v1/completions; returns the JSON answer (raises on non-200)."""
+               timeout: float = 120, api_key: str | None = None) -> dict:
+    """POST /v1/completions (``Authorization: Bearer api_key`` when given); returns the JSON answer
+    (raises on non-200)."""
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens}).encode()
-    req = urllib.request.Request(url.rstrip("/") + "/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url.rstrip("/") + "/v1/completions", data=body, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
 
-def wait_serving(url: str, model: str, timeout: float) -> float:
+def completion_status(url: str, model: str, api_key: str | None = None) -> int:
+    """The HTTP status of a one-token completion through ``url`` (401 without a required key)."""
+    try:
+        completion(url, model, max_tokens=1, timeout=60, api_key=api_key)
+        return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def wait_serving(url: str, model: str, timeout: float, api_key: str | None = None) -> float:
     """Seconds until a completion through ``url`` succeeds; raises TimeoutError."""
     start = time.monotonic()
     while True:
         try:
-            if completion(url, model, max_tokens=1, timeout=10).get("choices"):
+            if completion(url, model, max_tokens=1, timeout=10, api_key=api_key).get("choices"):
                 return time.monotonic() - start
         except OSError:
             pass

@@ -56,8 +56,9 @@ def lab_expression(names: set[str], only_with: set[str], families: tuple[str, ..
 
 
 def check_prometheus(inventory: Path, runs_dir: Path, deployment: str, endpoint: str, model: str,
-                     topology: str | None = None) -> dict:
-    """See the module docstring. Returns ``{evaluated: n, skipped: {expr: reason}}``."""
+                     topology: str | None = None, api_key: str | None = None) -> dict:
+    """See the module docstring (``api_key``: the deployment's glmops_api_key, for the traffic).
+    Returns ``{evaluated: n, skipped: {expr: reason}}``."""
     from glmops import monitoring
     from glmops.engines.base import CATALOG
 
@@ -73,7 +74,7 @@ def check_prometheus(inventory: Path, runs_dir: Path, deployment: str, endpoint:
     mon = plan_monitoring(inventory, topology)
     prom = mon["url"]
     for i in range(3):  # traffic, so rates and histograms have samples
-        D.completion(endpoint, model, prompt=f"monitoring {i}", max_tokens=4)
+        D.completion(endpoint, model, prompt=f"monitoring {i}", max_tokens=4, api_key=api_key)
     want = {(g["targets"][0], g["labels"]["service"]) for g in targets}
 
     def all_up():

@@ -16,6 +16,13 @@ the fresh deployment:
 * with aiperf installed on lab-3 (from the wheelhouse bound into the host), the default bench
   host runs the sweep there over SSH, with the checkpoint's tokenizer on that host;
 
+The deployment requires an API key (``glmops_api_key``, as from Vault): the workers read it from
+``VLLM_API_KEY``, the router sends it to them from ``OPENAI_API_KEY`` (PD) or forwards the
+client's header (agg), each only in its 0600 env file; the gate, the endpoint check, smoke, bench
+and status send it; a worker refuses a request without it (401), the PD router does not check
+clients (vllm-router 0.1.17), the agg router forwards the client's header, so there the endpoint
+refuses a request without it.
+
 then day 2: redeploy changed=0, secrets nowhere, one changed flag restarts exactly one unit,
 kill -9 recovery, status, logs, agg, stop and destroy. (Smoke and bench share this module's
 deployment so CI starts vLLM once for all of them.)
@@ -70,10 +77,11 @@ def lab():
 @pytest.fixture(scope="module")
 def inventory(lab, tmp_path_factory):
     out = tmp_path_factory.mktemp("inv") / "lab"
-    # secrets in the inventory: the API key must reach only the 0600 env files, the hub
-    # token (serving is offline, F12) no host at all
+    # secrets in the inventory: the API key (glmops_api_key: every worker and the router require it)
+    # must reach only the 0600 env files, the hub token (serving is offline, F12) no host at all
     return D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"], extra_vars={
-        "glmops_env": {"HF_TOKEN": D.SECRET_HF_TOKEN, "GLMOPS_E2E_API_KEY": D.SECRET_API_KEY},
+        "glmops_api_key": D.SECRET_API_KEY,
+        "glmops_env": {"HF_TOKEN": D.SECRET_HF_TOKEN},
         # Debian's Prometheus on the router host, scraping the deployment (test_prometheus_scrapes_...)
         "glmops_monitoring": {"enabled": True, "host": "lab-3", "scrape_interval": "5s"}})
 
@@ -132,7 +140,8 @@ def test_disagg_deploy_serves_through_router(lab, deployed):
     assert "run artifacts:" in out
     mark = time.strftime("%Y-%m-%d %H:%M:%S")
     time.sleep(1)
-    answer = D.completion("http://10.77.60.13:8000", MODEL, prompt="The lab says hello to", max_tokens=8)
+    answer = D.completion("http://10.77.60.13:8000", MODEL, prompt="The lab says hello to", max_tokens=8,
+                          api_key=D.SECRET_API_KEY)
     text = answer["choices"][0]["text"]
     assert isinstance(text, str) and text, answer
     assert answer["usage"]["completion_tokens"] == 8
@@ -142,6 +151,14 @@ def test_disagg_deploy_serves_through_router(lab, deployed):
     assert re.search(r'10\.77\.60\.13:\d+ - "POST /v1/completions HTTP/1.1" 200', pre), pre[-2000:]
     assert re.search(r'10\.77\.60\.13:\d+ - "POST /v1/completions HTTP/1.1" 200', dec), dec[-2000:]
     assert "External Cache Hit" in dec, dec[-2000:]
+    # glmops_api_key: a worker refuses a client without the key (or with a wrong one). vllm-router
+    # 0.1.17 checks no key itself: in PD mode it sends its own (OPENAI_API_KEY) to the workers, so the
+    # endpoint serves a client without one (catalog engines.vllm_router.api_key, a plan note; this
+    # assertion notices when a router version starts checking)
+    assert D.completion_status("http://10.77.60.11:8001", MODEL) == 401
+    assert D.completion_status("http://10.77.60.11:8001", MODEL, api_key="sk-wrong-key-000000") == 401
+    assert D.completion_status("http://10.77.60.11:8001", MODEL, api_key=D.SECRET_API_KEY) == 200
+    assert D.completion_status(ENDPOINT, MODEL) == 200
 
 
 def test_deployed_units_verify_clean(lab, deployed):
@@ -320,7 +337,7 @@ def test_kill_9_worker_is_restarted_and_endpoint_serves_again(lab, deployed):
         assert time.monotonic() < deadline, "systemd did not restart the killed worker"
         time.sleep(1)
     restarted = time.monotonic() - start
-    D.wait_serving("http://10.77.60.13:8000", MODEL, timeout=600)
+    D.wait_serving("http://10.77.60.13:8000", MODEL, timeout=600, api_key=D.SECRET_API_KEY)
     serving = time.monotonic() - start
     n = D.ssh(lab, "lab-2", f"systemctl show -p NRestarts --value {UNITS['lab-2']}").stdout.strip()
     print(f"kill -9 decode: new MainPID after {restarted:.1f} s, endpoint serving again after "
@@ -377,7 +394,10 @@ def test_agg_two_replicas_round_robin(lab, inventory, deployed, runs_dir):
     mark = time.strftime("%Y-%m-%d %H:%M:%S")
     time.sleep(1)
     for i in range(4):
-        assert D.completion("http://10.77.60.13:8000", MODEL, prompt=f"request {i}", max_tokens=4)["choices"][0]["text"]
+        assert D.completion("http://10.77.60.13:8000", MODEL, prompt=f"request {i}", max_tokens=4,
+                            api_key=D.SECRET_API_KEY)["choices"][0]["text"]
+    # regular mode: the router forwards the client's Authorization header; without it the worker refuses
+    assert D.completion_status(ENDPOINT, MODEL) >= 400
     for host, unit in agg.items():
         log = D.ssh(lab, host, f"journalctl -u {unit} --since '{mark}' --no-pager").stdout
         served = re.findall(r'10\.77\.60\.13:\d+ - "POST /v1/completions HTTP/1.1" 200', log)
@@ -392,7 +412,8 @@ def test_prometheus_scrapes_the_workers_and_the_router(inventory, deployed, runs
     series returns a result (tests/e2e/monitoring_lab.py)."""
     import monitoring_lab
 
-    report = monitoring_lab.check_prometheus(inventory, runs_dir, DEP, ENDPOINT, MODEL, topology="agg")
+    report = monitoring_lab.check_prometheus(inventory, runs_dir, DEP, ENDPOINT, MODEL, topology="agg",
+                                             api_key=D.SECRET_API_KEY)
     print(f"\nPrometheus: {report['evaluated']} expressions returned results; "
           f"{len(report['skipped'])} name series the vLLM lab has none of")
     assert report["evaluated"] >= 20

@@ -13,6 +13,10 @@ Options:
   timeout: seconds per request (default 120)
   retries: further attempts after the first (default 3); delay: seconds between (default 2)
 
+With ``glmops_api_key`` in the play's variables (normally from Ansible Vault) the request carries
+``Authorization: Bearer <key>``; the key is read here from the variables, never a task argument,
+and never returned.
+
 Returns ``status`` (HTTP status, -1 when nothing answered), ``attempts``, ``elapsed_s``;
 fails naming the URL, the last status and the start of the answer unless it is 200 with at
 least one choice. Check mode: nothing is sent (``skipped``).
@@ -28,14 +32,17 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 
-def one_token(url: str, model: str, timeout: float) -> tuple[int, bytes]:
-    """POST a one-token completion (or chat completion) to ``url``; (status, body), -1 if no answer."""
+def one_token(url: str, model: str, timeout: float, key: str = "") -> tuple[int, bytes]:
+    """POST a one-token completion (or chat completion) to ``url`` (``Authorization: Bearer key`` when
+    a key is given); (status, body), -1 if no answer."""
     if url.rstrip("/").endswith("/chat/completions"):
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     else:
         body = {"model": model, "prompt": "hi", "max_tokens": 1}
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -50,6 +57,15 @@ def has_choice(raw: bytes) -> bool:
         return bool(json.loads(raw).get("choices"))
     except (ValueError, AttributeError):
         return False
+
+
+def api_key(templar, task_vars: dict) -> str:
+    """``glmops_api_key`` of the play (Vault values decrypted, Jinja rendered); "" when unset."""
+    raw = task_vars.get("glmops_api_key")
+    if raw in (None, ""):
+        return ""
+    value = templar.template(raw) if templar is not None else raw
+    return str(value) if value not in (None, "") else ""
 
 
 class ActionModule(ActionBase):
@@ -75,10 +91,11 @@ class ActionModule(ActionBase):
         if self._task.check_mode:
             result.update(skipped=True, msg=f"check mode: no request to {url}")
             return result
+        key = api_key(self._templar, task_vars or {})
         start = time.monotonic()
         status, raw = -1, b""
         for attempt in range(1, retries + 2):
-            status, raw = one_token(url, model, timeout)
+            status, raw = one_token(url, model, timeout, key)
             if status == 200 and has_choice(raw):
                 result.update(status=status, attempts=attempt, elapsed_s=round(time.monotonic() - start, 2),
                               msg=f"endpoint {url} ({model}) answered a one-token request")
@@ -86,6 +103,8 @@ class ActionModule(ActionBase):
             if attempt <= retries:
                 time.sleep(delay)
         answer = raw[:300].decode(errors="replace")
+        if key:
+            answer = answer.replace(key, "<redacted>")
         result.update(failed=True, status=status, attempts=retries + 1,
                       elapsed_s=round(time.monotonic() - start, 2),
                       msg=f"one-token request to {url} (model {model}) answered "

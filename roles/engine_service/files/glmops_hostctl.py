@@ -233,12 +233,40 @@ class Refused(Exception):
         self.status = status
 
 
-def http(url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of a GET (or JSON POST); status -1 when nothing answers."""
+def env_value(path: str, name: str) -> str:
+    """The value of ``name`` in the env file ``path`` (glmops.render.env_lines syntax: ``KEY=VALUE``,
+    a value with other characters double-quoted with ``\\`` and ``\"`` escaped); "" when absent."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if not sep or key != name:
+            continue
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = re.sub(r'\\(.)', r"\1", value[1:-1])
+        return value
+    return ""
+
+
+def api_key(spec: str) -> str:
+    """The API key of ``VAR@ENV_FILE`` (the service view's ``auth``): read on this host from the
+    service's 0600 env file, so it never passes through Ansible's arguments or output; "" for ""."""
+    name, sep, path = spec.partition("@")
+    return env_value(path, name) if sep and name else ""
+
+
+def http(url: str, body: dict | None = None, timeout: float = 5.0, key: str = "") -> tuple[int, bytes]:
+    """(status, body) of a GET (or JSON POST), with ``Authorization: Bearer key`` when a key is
+    given; status -1 when nothing answers."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method="POST" if data else "GET")
     if data:
         req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -248,13 +276,13 @@ def http(url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int,
         return -1, b""
 
 
-def one_token(url: str, model: str, timeout: float) -> tuple[bool, str]:
+def one_token(url: str, model: str, timeout: float, key: str = "") -> tuple[bool, str]:
     """A one-token request; True when it answers 200 with at least one choice."""
     if url.rstrip("/").endswith("/chat/completions"):
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     else:
         body = {"model": model, "prompt": "hi", "max_tokens": 1}
-    status, raw = http(url, body, timeout)
+    status, raw = http(url, body, timeout, key)
     if status in PERMANENT:
         raise Refused(f"one-token request to {url} answered {status}: {raw[:300].decode(errors='replace')}", status)
     if status != 200:
@@ -348,7 +376,7 @@ def unit_verdict(unit: str, props: dict[str, str], seen: dict) -> tuple[str, str
 
 
 def gate(unit: str, health: str, ready: str, model: str, times: tuple[float, float, float], out: dict,
-         seen: dict, stop: threading.Event) -> None:
+         seen: dict, stop: threading.Event, key: str = "") -> None:
     """Gate one unit until it is ready, cannot become ready, the gate's deadline passes, another
     unit failed (``stop`` set: this one stays undecided), or this call's window ends
     (``out["decided"]`` stays False). ``times``: (gate start, deadline, window end), epoch s."""
@@ -363,14 +391,14 @@ def gate(unit: str, health: str, ready: str, model: str, times: tuple[float, flo
             reason, decided = verdict, True
             break
         if not loading:  # active
-            status, _ = http(health, timeout=3) if health else (200, b"")
+            status, _ = http(health, timeout=3, key=key) if health else (200, b"")
             if status != 200:
                 waiting = "/health"
                 reason = f"{health} answered {status if status > 0 else 'nothing (connection refused or timeout)'}"
             elif ready:
                 waiting = "the one-token request"
                 try:
-                    ok, reason = one_token(ready, model, timeout=max(5.0, min(60.0, deadline - time.time())))
+                    ok, reason = one_token(ready, model, timeout=max(5.0, min(60.0, deadline - time.time())), key=key)
                 except Refused as exc:
                     reason = str(exc)
                     if exc.status != 404:
@@ -445,7 +473,7 @@ def cmd_ready(args) -> int:
     threads = []
     stop = threading.Event()
     for spec in args.service:
-        unit, health, ready = (spec.split("|") + ["", ""])[:3]
+        unit, health, ready, auth = (spec.split("|") + ["", "", ""])[:4]
         kept = state["units"].setdefault(unit, {})
         if kept.get("result"):  # decided in an earlier window
             results.append(kept["result"])
@@ -456,7 +484,7 @@ def cmd_ready(args) -> int:
         # its own /health is enough; the endpoint check after the router covers serving
         one = ready if unit in args.fresh else ""
         th = threading.Thread(target=gate, args=(unit, health, one, args.model, (start, deadline, until),
-                                                 res, kept, stop))
+                                                 res, kept, stop), kwargs={"key": api_key(auth)})
         th.start()
         threads.append(th)
     for th in threads:
@@ -484,10 +512,10 @@ def cmd_status(args) -> int:
     units = [s.split("|")[0] for s in args.service]
     shown = unit_show(units)
     for spec in args.service:
-        unit, health = (spec.split("|") + [""])[:2]
+        unit, health, auth = (spec.split("|") + ["", ""])[:3]
         props = shown[unit]
         started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
-        status = http(health, timeout=3)[0] if health else None
+        status = http(health, timeout=3, key=api_key(auth))[0] if health else None
         rows.append({"unit": unit, "active": props.get("ActiveState", ""), "sub": props.get("SubState", ""),
                      "enabled": props.get("UnitFileState", ""), "pid": int(props.get("MainPID") or 0),
                      "restarts": int(props.get("NRestarts") or 0),
@@ -518,12 +546,13 @@ def main(argv: list[str] | None = None) -> int:
     rd = sub.add_parser("ready")
     rd.add_argument("--timeout", type=float, required=True)
     rd.add_argument("--model", default="")
-    rd.add_argument("--service", nargs="+", required=True)
+    rd.add_argument("--service", nargs="+", required=True,
+                    help="UNIT|HEALTH_URL|READY_URL|VAR@ENV_FILE (the last: where the API key is, or empty)")
     rd.add_argument("--fresh", nargs="*", default=[])
     rd.add_argument("--window", type=float, default=0.0, help="return after this many seconds (0: until done)")
     rd.add_argument("--run", default="", help="gate run id: where calls of one gate keep its start and state")
     ss = sub.add_parser("status")
-    ss.add_argument("--service", nargs="+", required=True)
+    ss.add_argument("--service", nargs="+", required=True, help="UNIT|HEALTH_URL|VAR@ENV_FILE")
     args = ap.parse_args(argv)
     return {"state": cmd_state, "ready": cmd_ready, "status": cmd_status}[args.cmd](args)
 
