@@ -213,13 +213,8 @@ def _build(dep: Deployment) -> Plan:
     if missing:
         notes.append(f"container runtime but no image for {', '.join(missing)}: set glmops_image "
                      "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
-    if dep.api_key:
+    if dep.api_key:  # a front door that checks no client key: rules' API_KEY_OPEN_FRONT_DOOR warning
         _give_api_key(dep.api_key, workers + front)
-        for svc in front:
-            why = base.api_key_open_door(svc.engine)
-            if why:
-                notes.append(f"glmops_api_key: the workers require it, but {svc.name} ({svc.engine}) does not check "
-                             f"clients itself: {why}")
     for svc in stores + workers + front:
         _plain_service(svc)
     return Plan(

@@ -27,7 +27,8 @@ from glmops.engines import base as engine_base
 from glmops.engines import compat, registry
 from glmops.engines.problems import (  # noqa: F401  (the old private names stay importable)
     argv_value as _argv_value, as_int as _as_int, canon as _canon, deep_merge as _deep_merge, dig as _dig,
-    few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src)
+    few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src,
+    warning)
 from glmops.engines.registry import RuleFacts
 from glmops.model import SECRET_VALUE, Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths
 from glmops.variables import CHECKPOINT_KEYS, MAX_PARALLEL, VARIABLES  # noqa: F401  (one source)
@@ -1360,6 +1361,13 @@ def _check_api_key(plan: Plan, dep: Deployment | None, out: list[Problem]) -> No
                      f"their environment: {', '.join(engine_base.api_key_engines())}",
                      "unset glmops_api_key for this deployment (and guard the endpoint elsewhere, e.g. a reverse proxy), "
                      "or use an engine that reads the key from its environment")
+        elif plan.topology == "disagg" and engine_base.api_key_open_door(svc.engine):
+            warning(out, "API_KEY_OPEN_FRONT_DOOR", where,
+                    f"glmops_api_key is set and the workers require it, but {svc.name} ({svc.engine}) does not check "
+                    f"the clients' key itself: {engine_base.api_key_open_door(svc.engine)}; the endpoint "
+                    f"{svc.address}:{svc.port} serves clients without a key",
+                    "guard the front door's port (firewall, reverse proxy), or use a topology whose front door "
+                    "forwards the client's header (vllm-router with --worker-urls); validate --strict refuses this")
 
 
 def _secret_in(word: str, secrets: Iterable[str]) -> str | None:

@@ -260,3 +260,27 @@ def test_destroy_asks_on_a_terminal_and_needs_yes_without_one(monkeypatch, tty, 
     assert res.exit_code == code, res.output
     assert ("--yes" in res.output) == (not tty)
     assert ("Go on?" in res.output) == tty
+
+
+def test_a_pd_front_door_that_checks_no_key_is_a_warning_strict_refuses(tmp_path):
+    """vllm-router 0.1.17 in PD mode authenticates to the workers itself and checks no client key
+    (catalog engines.yaml vllm_router.api_key, its source: vllm_pd_router.rs): the disagg lab plan
+    with a key warns API_KEY_OPEN_FRONT_DOOR (exit 0), --strict refuses it (exit 2); the agg plan,
+    whose router forwards the client's header, does not warn."""
+    inv = tmp_path / "lab"
+    shutil.copytree(REPO / "inventories" / "lab", inv)
+    gv = inv / "group_vars" / "all.yml"
+    gv.write_text(gv.read_text() + "\nglmops_api_key: k3y-0123456789abcdef\n")
+    for topology, warned in (("disagg", True), ("agg", False)):
+        proc = _glmops("validate", "-i", str(inv), "--topology", topology)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert ("API_KEY_OPEN_FRONT_DOOR" in proc.stdout + proc.stderr) is warned, (topology, proc.stdout + proc.stderr)
+        assert "k3y-0123456789abcdef" not in proc.stdout + proc.stderr
+    strict = _glmops("validate", "-i", str(inv), "--topology", "disagg", "--strict")
+    assert strict.returncode == 2 and "API_KEY_OPEN_FRONT_DOOR" in strict.stdout + strict.stderr
+
+
+def _glmops(*args: str):
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "glmops.cli", *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, stdin=subprocess.DEVNULL)
