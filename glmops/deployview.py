@@ -1,9 +1,9 @@
 """The Plan as the playbooks see it: plain dicts, every file rendered, secrets apart.
 
-``plan_view(inventory, topology)`` is what the ``glmops_plan`` action plugin returns
-to the playbooks (and what ``glmops status``/``logs`` read on the controller):
-validate and plan (``glmops.rules.validate``: rules, ``glmops.plan.build``, plan checks) and render
-(``glmops.render``) in one call. Shape::
+``view(deployment, plan)`` is what the ``glmops_plan`` action plugin returns to the playbooks
+(``glmops.planning.Planned.view()``; ``glmops.planning.plan_view(inventory, topology)`` plans and
+renders in one call): every file rendered (``glmops.render``). This module imports no planning
+(``glmops.planning`` imports it). Shape::
 
     {deployment, model, served_model_name, engine, topology, endpoint_url, smoke, notes,
      service_user, config_dir, state_dir, records_dir, readiness_timeout_s, runtime, engine_version,
@@ -34,49 +34,17 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-
 from glmops import monitoring, render
 from glmops.checkpoint import plan_view as checkpoint_view
 from glmops.deploystate import records_dir
 from glmops.engines import base
-from glmops.model import Deployment, Plan, Problem, Service, ValidationError
+from glmops.model import Deployment, Plan, Service
 from glmops.runtime import engine_pins
 
 ROUTER_ORDER = 50  # Service.start_order at or above this: router/orchestrator/frontend
 #: the venv marker roles/engine_runtime writes when an install is complete (tasks/venv_install.yml)
 RUNTIME_MARKER = ".glmops-runtime.json"
 UNIT_DIR = "/etc/systemd/system"
-
-
-class PlanProblems(ValidationError):
-    """The inventory has problems; ``problems`` lists every one (glmops.model.Problem)."""
-
-    def __init__(self, problems: list[Problem]):
-        super().__init__(problems)
-
-
-def plan_view(inventory: str, topology: str | None = None,
-              overrides: dict[str, Any] | None = None, precheck_needs: bool = False) -> dict[str, Any]:
-    """Validate + plan + render the deployment in ``inventory`` (a path).
-
-    ``overrides`` (variable name -> value, ``glmops_`` prefix optional) win over the
-    inventory, as in ``glmops.inventory.load_deployment`` (``glmops upgrade --set``).
-    ``precheck_needs``: also add ``precheck_needs`` = ``{host: needs}``
-    (``glmops.prechecks.needs_for_deployment``, what the prechecks compare each host with).
-
-    Raises :class:`PlanProblems` with every problem when the rules (or the loader)
-    find any; nothing is contacted. Plans through :func:`glmops.planning.load`, the one door.
-    """
-    from glmops import planning  # a cycle: planning.Planned.view renders through this module
-
-    try:
-        planned = planning.load(inventory, topology, overrides)
-    except ValidationError as exc:
-        raise PlanProblems(exc.problems) from exc
-    out = dict(planned.view())
-    if precheck_needs:
-        out["precheck_needs"] = planned.precheck_needs()
-    return out
 
 
 def view(dep: Deployment, plan: Plan) -> dict[str, Any]:

@@ -50,8 +50,8 @@ class Step:
     router_out: bool = False
 
     def extravar(self, **more: Any) -> dict[str, Any]:
-        """The ``glmops_step`` extra var of playbooks/upgrade.yml and rollback.yml (no secrets)."""
-        return {"kind": self.kind, "units": self.units, "services": self.services,
+        """One step as playbooks/upgrade.yml and rollback.yml loop over it (``glmops_step``; no secrets)."""
+        return {"name": self.name, "kind": self.kind, "units": self.units, "services": self.services,
                 "worker_urls": self.worker_urls, "router": self.router or {"host": "", "url": ""},
                 "router_out": self.router_out, **more}
 
@@ -220,6 +220,78 @@ def steps(services: list[dict[str, Any]], changed: set[str], topology: str) -> l
     for r in rchanged:
         step.services.setdefault(r["host"], []).append(_service(r))
     out.append(step)
+    return out
+
+
+def upgrade_plan(history: dict[str, dict[str, Any]], plan: dict[str, Any], inventory: str = "INVENTORY",
+                 drain_timeout_s: int = 120) -> dict[str, Any]:
+    """What ``glmops upgrade`` does, from the generations the hosts report (``history``: host ->
+    ``glmops_generation.py list``) and the new Plan view: the generation every host of the
+    Plan serves (``number``), the ``changed`` units, the hosts whose engine runtimes change
+    (``runtimes_changed``) and the rolling ``steps`` (:meth:`Step.extravar`, each with what
+    putting the serving generation back needs: ``to``, ``model``, ``readiness_timeout_s``,
+    ``endpoint_ready_url``, ``drain_timeout_s``); ``act``: anything to do. ``refuse``: why it
+    cannot start (a Plan host has no current generation, or the hosts run different ones;
+    ``glmops upgrade`` exits 2), else ``""``. ``inventory`` names the inventory in those lines."""
+    current = current_manifests(history)
+    plan_hosts = list(plan["hosts"])
+    out: dict[str, Any] = {"refuse": "", "number": None, "changed": [], "runtimes_changed": [], "steps": [],
+                           "act": False}
+    missing = [h for h in plan_hosts if h not in current]
+    if missing:
+        out["refuse"] = (f"no current generation on {', '.join(missing)}: a failed step could not be put back. "
+                         f"Run `glmops deploy -i {inventory}` first (it records one), then upgrade.")
+        return out
+    numbers = {m["number"] for m in current.values()}
+    if len(numbers) > 1:
+        out["refuse"] = ("hosts run different generations: " + ", ".join(f"{h}={m['number']}" for h, m in current.items())
+                         + f"; bring them together with `glmops rollback -i {inventory} --to N` or `glmops deploy` first")
+        return out
+    number = numbers.pop()
+    changed: list[str] = []
+    for host in plan_hosts:
+        changed += changed_units(manifest_files(current[host]), plan_files(plan, host))
+        if current[host].get("runtimes") != plan["hosts"][host]["runtimes"]:
+            out["runtimes_changed"].append(host)
+    common = {"to": number, "model": plan["served_model_name"], "readiness_timeout_s": int(plan["readiness_timeout_s"]),
+              "endpoint_ready_url": plan["endpoint_ready_url"], "drain_timeout_s": int(drain_timeout_s)}
+    out.update(number=number, changed=changed, act=bool(changed or out["runtimes_changed"]),
+               steps=[s.extravar(**common) for s in steps(plan["services"], set(changed), plan["topology"])])
+    return out
+
+
+def rollback_plan(history: dict[str, dict[str, Any]], to: int | None = None,
+                  drain_timeout_s: int = 120) -> dict[str, Any]:
+    """What ``glmops rollback [--to N]`` does, from the generations the hosts report: the
+    generation put back (``number``, :func:`resolve_target`), the ``changed`` units, the rolling
+    ``steps`` (:meth:`Step.extravar` with ``to``, ``model``, ``readiness_timeout_s``,
+    ``endpoint_ready_url``, ``drain_timeout_s``; a step without units changes nothing and is
+    only listed) and ``finish`` (every other file of the generation back, then it is current).
+    ``refuse``: the problems (``glmops rollback`` exits 2), else ``[]``."""
+    out: dict[str, Any] = {"refuse": [], "number": None, "changed": [], "steps": [], "finish": {}}
+    number, problems = resolve_target(history, to)
+    if problems:
+        out["refuse"] = problems
+        return out
+    current = current_manifests(history)
+    changed: list[str] = []
+    for host in history:
+        target = manifest_of(history, host, number)
+        if target is None:
+            continue
+        old = manifest_files(current[host]) if host in current else {}
+        changed += changed_units(old, manifest_files(target))
+    services = manifest_services(history, number)
+    if not services:
+        out["refuse"] = [f"generation {number} lists no unit"]
+        return out
+    first = next(manifest_of(history, h, number) for h in history if manifest_of(history, h, number))
+    common = {"to": number, "model": first.get("served_model_name", ""),
+              "readiness_timeout_s": int(first.get("readiness_timeout_s") or 1800),
+              "endpoint_ready_url": first.get("endpoint_ready_url", ""), "drain_timeout_s": int(drain_timeout_s)}
+    out.update(number=number, changed=changed,
+               steps=[s.extravar(**common) for s in steps(services, set(changed), first.get("topology", "agg"))],
+               finish=Step(name="finish", kind="finish", units=[]).extravar(**common))
     return out
 
 

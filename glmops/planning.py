@@ -1,6 +1,6 @@
 """The one door into a Plan: :func:`load` (inventory -> validated Deployment and Plan).
 
-Every verb, ``glmops.deployview.plan_view`` and every action plugin (``glmops_plan``,
+Every verb, :func:`plan_view`, :func:`smoke_target` and every action plugin (``glmops_plan``,
 ``glmops_prechecks``) plans through :func:`load`; it is the only caller of
 ``glmops.rules.validate`` (which is the only caller of ``glmops.plan.build``), so the
 rules, the placement and the plan's port/config checks run everywhere the same way, and
@@ -124,6 +124,43 @@ def load(inventory: str, topology: str | None = None, overrides: dict[str, Any] 
         raise ValidationError(problems)
     return Planned(dep, the_plan, str(inventory), topology, dict(overrides) if overrides else None,
                    ansible_options.current(), warnings)
+
+
+class PlanProblems(ValidationError):
+    """The inventory has problems; ``problems`` lists every one (glmops.model.Problem)."""
+
+    def __init__(self, problems: list[Problem]):
+        super().__init__(problems)
+
+
+def plan_view(inventory: str, topology: str | None = None,
+              overrides: dict[str, Any] | None = None, precheck_needs: bool = False) -> dict[str, Any]:
+    """Validate + plan + render the deployment in ``inventory`` (a path): :func:`load`, then
+    :meth:`Planned.view` (:func:`glmops.deployview.view`).
+
+    ``overrides`` (variable name -> value, ``glmops_`` prefix optional) win over the
+    inventory, as in ``glmops.inventory.load_deployment`` (``glmops upgrade --set``).
+    ``precheck_needs``: also add ``precheck_needs`` = ``{host: needs}``
+    (``glmops.prechecks.needs_for_deployment``, what the prechecks compare each host with).
+
+    Raises :class:`PlanProblems` with every problem when the rules (or the loader)
+    find any; nothing is contacted.
+    """
+    try:
+        planned = load(inventory, topology, overrides)
+    except ValidationError as exc:
+        raise PlanProblems(exc.problems) from exc
+    out = dict(planned.view())
+    if precheck_needs:
+        out["precheck_needs"] = planned.precheck_needs()
+    return out
+
+
+def smoke_target(inventory: str, topology: str | None = None) -> SmokeTarget:
+    """Inventory -> Deployment -> Plan -> :class:`glmops.smoke.SmokeTarget` (:func:`load`, then
+    :meth:`Planned.smoke_target`). Raises ``glmops.model.ValidationError`` with every problem
+    when the inventory is invalid."""
+    return load(inventory, topology).smoke_target()
 
 
 def _parsed_extra_vars(options: ansible_options.AnsibleOptions) -> dict[str, Any]:

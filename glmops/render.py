@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from glmops import monitoring
 from glmops.engines.base import CATALOG, checkpoint_timeout_s
 from glmops.model import CONTROL_CHARS, ENV_NAME, ConfigFile, Deployment, Plan, Service
 
@@ -234,8 +235,6 @@ def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[
     (symlinks followed) before the first is written; a path that would land outside
     ``OUT/<host>`` or a host name that is not one (``/``, ``../..``) is refused with
     ValueError, leaving ``out_dir`` as it was."""
-    from glmops import monitoring
-
     written: list[Path] = []
     root = Path(os.path.realpath(out_dir))
     rendered = [(host, f) for host in plan.hosts for f in host_files(dep, plan, host)]

@@ -83,24 +83,11 @@ PRUNED = "pruned"  # plays/prune.yml: a host's prune finished (a report)
 DEPARTED_FACT = "glmops_departed"
 DOWNLOAD_PROGRESS = "download_progress"  # roles/checkpoint's progress polls (glmops download prints them)
 
-# The task names these results were recognised by before they carried their key: a result
-# without a key (a test's event, a playbook from before the keys) is still recognised by them.
-READY_TASK = "Wait for readiness"
-STATUS_TASK = "Read service status"
-STATE_TASK = "Read this deployment's files and units on the host"
-READ_TASK = "Read each host once (prechecks, runtimes, units, health, last deploy)"
-PLAN_TASK = "Validate and plan"
-ENDPOINT_TASK = "One-token request through the endpoint"
-LEGACY_EVENTS = {READY_TASK: READY, STATUS_TASK: STATUS, STATE_TASK: STATE, READ_TASK: READ, PLAN_TASK: PLAN,
-                 ENDPOINT_TASK: ENDPOINT, "Download progress": DOWNLOAD_PROGRESS,
-                 "glmops output prechecks": "precheck_report", "Read the recorded generations": "generations"}
-# (the other keys, journal and pruned, come from reporting tasks; the departed decision is the fact it sets)
-
 
 def event_of(data: dict) -> str:
     """The event key of a task result (an ansible-runner event's ``event_data``): ``glmops_event``
     of the result, of its msg dict (a reporting debug task) or of its stdout JSON (a script), else
-    the key its task name had (:data:`LEGACY_EVENTS`), else ``""``."""
+    ``""``: a result without the key reports nothing, whatever its task is named."""
     res = data.get("res") or {}
     if not isinstance(res, dict):
         return ""
@@ -113,7 +100,7 @@ def event_of(data: dict) -> str:
         except ValueError:
             doc = {}
         key = doc.get(EVENT_KEY) if isinstance(doc, dict) else None
-    return str(key or LEGACY_EVENTS.get(data.get("task", ""), ""))
+    return str(key or "")
 
 
 def reported(data: dict) -> dict:

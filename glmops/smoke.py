@@ -962,19 +962,13 @@ def smoke_after_deploy(inventory: str, topology: str | None, console: Any,
                        target: SmokeTarget | dict | None = None) -> bool:
     """What ``glmops deploy`` calls when it finished (unless ``--skip-smoke``): run every
     check with the default timeouts against ``target`` (the run's, as a dict from the plan
-    play's summary; None: plan the inventory), print the table; True when no check failed."""
+    play's summary, or a :class:`SmokeTarget`: ``glmops.planning.smoke_target``), print the
+    table; True when no check failed."""
     if isinstance(target, dict):
         target = SmokeTarget(**{**target, "workers": [Worker(**w) for w in target.get("workers") or []]})
-    target = target or load_target(inventory, topology)
+    if target is None:
+        raise ValueError("smoke_after_deploy needs the deployment's smoke target (glmops.planning.smoke_target)")
     headers = api_key_headers(inventory, topology) if target.api_key_required else {}
     report = run(target, log_reader=journal_reader(inventory), headers=headers)
     render_table(report, console)
     return report.ok
-
-
-def load_target(inventory: str, topology: str | None = None) -> SmokeTarget:
-    """Inventory -> Deployment -> Plan -> :class:`SmokeTarget`. Raises
-    ``glmops.model.ValidationError`` with every problem when the inventory is invalid."""
-    from glmops import planning  # planning.Planned.smoke_target builds through this module
-
-    return planning.load(inventory, topology).smoke_target()

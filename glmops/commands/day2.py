@@ -1,6 +1,13 @@
 """Day-2 verbs: ``glmops upgrade``, ``glmops rollback`` (``glmops history`` and the read
 they share: ``glmops.commands.history``).
 
+Each is one run of one playbook (``playbooks/upgrade.yml``, ``playbooks/rollback.yml``): the
+playbook reads the generations, decides the steps on the controller
+(``glmops.generations.upgrade_plan`` / ``rollback_plan``), rolls them and, on a failure, puts
+the serving generation back inside the same run; what it decided and did reaches this module
+as ``glmops_event`` reports (:data:`PLAN`, :data:`STEP`, :data:`RESULT`), printed here.
+``--check`` reads the generations only (``glmops history``'s run) and prints the same decision.
+
 * ``upgrade``: apply a changed engine version, image or settings (the inventory as it is
   now, plus ``--set key=value``) one replica at a time (``glmops.generations.steps``):
   each step takes its workers out of the router where the router allows it, waits for
@@ -16,8 +23,9 @@ Exit codes: 0 ok, 1 a step failed (named), 2 bad input or nothing to act on.
 """
 from __future__ import annotations
 
+import json
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -25,11 +33,20 @@ from rich.console import Console
 from glmops.commands.ansible_opts import ANSIBLE_OPTS, ANSIBLE_OPTS_LONG
 from glmops import generations as G
 from glmops import planning, runner
-from glmops.commands.common import load_plan
-from glmops.commands.history import history, read_history  # noqa: F401  (history: the verb table's old home)
+from glmops.commands.common import exit_if_plan_refused, load_plan
+from glmops.commands.history import deployment_records, history, read_history  # noqa: F401  (history: the verb table's old home)
 from glmops.commands.options import INVENTORY, TOPOLOGY
 from glmops.model import ValidationError
 from glmops.output import console as make_console
+
+
+#: the event keys of the day-2 playbooks' reports (debug msg dicts): what the controller decided
+#: (glmops.generations.upgrade_plan / rollback_plan + ``unread``, ``go``), each step as it starts,
+#: and what the run did (``number``, ``failed``: {step, host, task} or {}, ``put_back``, ``done``,
+#: ``untouched``)
+PLAN = "day2_plan"
+STEP = "day2_step"
+RESULT = "day2_result"
 
 
 def _err(msg: str) -> None:
@@ -37,15 +54,106 @@ def _err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-def _run_step(verb: str, playbook: str, inventory: str, extravars: dict, console: Console,
-              planned: planning.Planned | None = None) -> runner.RunResult:
-    return runner.run(verb, playbook, inventory, extravars, console=console, planned=planned)
+class _Reports:
+    """What one day-2 run reports (``on_event``): the decision, the steps as they start (each
+    printed as a line), the result, and the units the readiness gate found not ready before
+    any put-back (a put-back's gate reports the same units again)."""
+
+    def __init__(self, console: Console, verb: str):
+        self.console = console
+        self.verb = verb
+        self.plan: dict[str, Any] | None = None
+        self.result: dict[str, Any] | None = None
+        self.not_ready: list[str] = []
+        self.putting_back = False
+
+    def __call__(self, event: dict) -> None:
+        data = event.get("event_data") or {}
+        key = runner.event_of(data)
+        kind = event.get("event")
+        if key == runner.READY and not self.putting_back and kind in ("runner_on_ok", "runner_on_failed"):
+            self._gate(data)
+        if kind != "runner_on_ok" or key not in (PLAN, STEP, RESULT):
+            return
+        got = {k: v for k, v in runner.reported(data).items() if k != runner.EVENT_KEY}
+        if key == PLAN:
+            self.plan = got
+            if not (got.get("refuse") or got.get("unread")):
+                (_print_upgrade_plan if self.verb == "upgrade" else _print_rollback_plan)(self.console, got)
+        elif key == RESULT:
+            self.result = got
+        elif got.get("put_back"):
+            self.putting_back = True
+            self.console.print(f"{runner.stamp()} [bold]putting generation {got.get('to')} back[/bold] on "
+                               f"{', '.join(got.get('units') or [])}")
+        else:
+            what = ", ".join(got.get("units") or []) or (
+                "router" if self.verb == "upgrade" else f"generation {got.get('to')} becomes current")
+            self.console.print(f"{runner.stamp()} [bold]step[/bold] {got.get('step')}: {what}")
+
+    def _gate(self, data: dict) -> None:
+        try:
+            rows = json.loads((data.get("res") or {}).get("stdout") or "{}").get("services", [])
+        except (ValueError, AttributeError):
+            return
+        for row in rows:
+            if isinstance(row, dict) and row.get("decided", True) and not row.get("ready"):
+                line = f"{row.get('unit')} on {data.get('host')}: {row.get('reason', '')}"
+                if line not in self.not_ready:
+                    self.not_ready.append(line)
 
 
-def _not_ready(result: runner.RunResult) -> list[str]:
+def _print_steps(console: Console, steps: list[dict], idle: str) -> None:
+    for i, step in enumerate(steps, 1):
+        how = " (out of the router first)" if step.get("router_out") else ""
+        console.print(f"  step {i}: {step['name']}: {', '.join(step['units']) or idle}{how}")
+
+
+def _print_upgrade_plan(console: Console, up: dict) -> None:
+    """The upgrade's decision (glmops.generations.upgrade_plan) as ``glmops upgrade`` prints it."""
+    console.print(f"generation {up['number']} serves; changed units: {', '.join(up['changed']) or 'none'}")
+    if up["runtimes_changed"]:
+        console.print(f"new engine runtimes on: {', '.join(up['runtimes_changed'])}")
+    _print_steps(console, up["steps"], "place files, gate")
+
+
+def _print_rollback_plan(console: Console, rb: dict) -> None:
+    """The rollback's decision (glmops.generations.rollback_plan) as ``glmops rollback`` prints it."""
+    console.print(f"rolling back to generation {rb['number']}; changed units: {', '.join(rb['changed']) or 'none'}")
+    _print_steps(console, rb["steps"], "-")
+
+
+def _not_ready(result: runner.RunResult, reports: _Reports | None = None) -> list[str]:
     """Units a failed step names: those the readiness gate reported not ready, else the failures."""
+    if reports is not None and reports.not_ready:
+        return list(reports.not_ready)
     units = [f"{s['unit']} on {s['host']}: {s.get('reason', '')}" for s in result.services if not s.get("ready")]
     return units or [f.splitlines()[0][:300] for f in result.failures]
+
+
+def _read_or_exit(inventory: str, topology: str | None) -> dict:
+    """``glmops upgrade|rollback --check``: the generations (``glmops history``'s one run), or exit 1."""
+    hist, result, _, _ = read_history(inventory, topology)
+    if not result.ok:
+        _err("cannot read the generations:\n" + "\n".join(result.failures))
+        sys.exit(1)
+    return hist
+
+
+def _decided(result: runner.RunResult, reports: _Reports) -> dict:
+    """The run's decision (:data:`PLAN`), or exit: 2 when the Plan or the decision refused
+    (bad input, nothing changed), 1 when the generations could not be read."""
+    exit_if_plan_refused(result)
+    got = reports.plan
+    if got is None or got.get("unread"):
+        _err("cannot read the generations:\n" + "\n".join(result.failures))
+        sys.exit(1)
+    refuse = got.get("refuse")
+    if refuse:
+        for line in [refuse] if isinstance(refuse, str) else refuse:
+            _err(line)
+        sys.exit(2)
+    return got
 
 
 @click.command("upgrade")
@@ -63,56 +171,64 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
     console = make_console()
     planned, overrides = _planned_with_sets(inventory, topology, sets)
     plan = planned.view()
-    hist, result, gen_dir, _ = read_history(inventory, topology)
-    if not result.ok:
-        _err("cannot read the generations:\n" + "\n".join(result.failures))
-        sys.exit(1)
-    current = G.current_manifests(hist)
-    plan_hosts = list(plan["hosts"])
-    old_number = _serving_generation(inventory, current, plan_hosts)
-    changed: list[str] = []
-    runtimes_changed = []
-    for host in plan_hosts:
-        changed += G.changed_units(G.manifest_files(current[host]), G.plan_files(plan, host))
-        if current[host].get("runtimes") != plan["hosts"][host]["runtimes"]:
-            runtimes_changed.append(host)
-    services = plan["services"]
-    plan_steps = G.steps(services, set(changed), plan["topology"])
-    console.print(f"generation {old_number} serves; changed units: {', '.join(changed) or 'none'}")
-    if runtimes_changed:
-        console.print(f"new engine runtimes on: {', '.join(runtimes_changed)}")
-    for i, step in enumerate(plan_steps, 1):
-        how = " (out of the router first)" if step.router_out else ""
-        console.print(f"  step {i}: {step.name}: {', '.join(step.units) or 'place files, gate'}{how}")
     if check:
+        up = G.upgrade_plan(_read_or_exit(inventory, topology), plan, inventory, drain_timeout)
+        if up["refuse"]:
+            _err(up["refuse"])
+            sys.exit(2)
+        _print_upgrade_plan(console, up)
         sys.exit(0)
-    if not changed and not runtimes_changed:
-        console.print(f"nothing to upgrade: every unit already runs what the inventory says (generation {old_number})")
-        sys.exit(0)
-    base = {"glmops_overrides": overrides} if overrides else {}
+    gen_dir, hosts, _ = deployment_records(inventory, topology)
+    extra = {"glmops_day2": {"inventory": str(inventory), "drain_timeout_s": drain_timeout},
+             "glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir}
+    if overrides:
+        extra["glmops_overrides"] = overrides
     if topology:
-        base["glmops_topology"] = topology
-    if runtimes_changed:
-        console.print(f"{runner.stamp()} [bold]step[/bold] install engine runtimes")
-        res = _run_step("upgrade", "upgrade.yml", inventory, {**base, "glmops_step": {"kind": "runtimes"}}, console,
-                        planned)
-        if not res.ok:
-            runner.print_summary(res, console, plan)
-            _err(f"upgrade stopped before any restart: installing the runtimes failed; generation {old_number} serves")
-            runner.finish(console, None, 1, f"installing the runtimes failed; generation {old_number} serves",
-                          verb="upgrade")
-    done: list[str] = []
-    for step in plan_steps:
-        console.print(f"{runner.stamp()} [bold]step[/bold] {step.name}: {', '.join(step.units) or 'router'}")
-        res = _run_step("upgrade", "upgrade.yml", inventory,
-                        {**base, "glmops_step": step.extravar(drain_timeout_s=drain_timeout)}, console, planned)
-        if res.ok:
-            done.append(step.name)
-            continue
-        _upgrade_stopped(res, step, plan_steps, done, inventory, hist, gen_dir, old_number, plan, drain_timeout,
-                         console)
-    console.print(f"upgrade done: {', '.join(done)}; new generation recorded (`glmops history -i {inventory}`)")
-    sys.exit(0)
+        extra["glmops_topology"] = topology
+    reports = _Reports(console, "upgrade")
+    result = runner.run("upgrade", "upgrade.yml", inventory, extra, console=console, planned=planned,
+                        on_event=reports)
+    up = _decided(result, reports)
+    if not up["act"]:
+        console.print(f"nothing to upgrade: every unit already runs what the inventory says (generation {up['number']})")
+        sys.exit(0)
+    done = reports.result or {}
+    if result.ok:
+        console.print(f"upgrade done: {', '.join(done.get('done') or [])}; new generation recorded "
+                      f"(`glmops history -i {inventory}`)")
+        sys.exit(0)
+    _upgrade_stopped(result, reports, up, inventory, plan, console)
+
+
+def _upgrade_stopped(res: runner.RunResult, reports: _Reports, up: dict, inventory: str, plan: dict,
+                     console: Console) -> NoReturn:
+    """The run stopped at a step (``reports.result``): say which steps are on the new settings,
+    whether the serving generation is back on the failed step's units (else they are DOWN) and
+    which steps were never touched; exit 1 naming the units."""
+    number = up["number"]
+    got = reports.result or {}
+    failed = got.get("failed") or {}
+    step = failed.get("step") or {}
+    runner.print_summary(res, console, plan)
+    if step.get("kind") == "runtimes":
+        _err(f"upgrade stopped before any restart: installing the runtimes failed; generation {number} serves")
+        runner.finish(console, None, 1, f"installing the runtimes failed; generation {number} serves", verb="upgrade")
+    bad = _not_ready(res, reports)
+    name = step.get("name") or "an unknown step"
+    console.print(f"[red]upgrade stopped at {name}[/red]: " + "; ".join(bad), markup=True)
+    lines = [f"upgrade FAILED at {name}: {', '.join(step.get('units') or [])} not ready"]
+    lines += [f"  {b}" for b in bad]
+    if step:
+        lines.append(f"  {name}: " + (f"generation {number} put back and serving" if got.get("put_back")
+                                      else f"DOWN: putting generation {number} back failed; "
+                                           f"run `glmops rollback -i {inventory} --to {number}`"))
+    if got.get("done"):
+        lines.append(f"  already on the new settings: {', '.join(got['done'])}")
+    if got.get("untouched"):
+        lines.append(f"  still on generation {number} (untouched): {', '.join(got['untouched'])}")
+    for line in lines:
+        _err(line)
+    runner.finish(console, None, 1, f"stopped at {name}: " + "; ".join(bad), verb="upgrade")
 
 
 def _planned_with_sets(inventory: str, topology: str | None, sets: tuple[str, ...]) -> tuple[planning.Planned, dict]:
@@ -136,65 +252,6 @@ def _planned_with_sets(inventory: str, topology: str | None, sets: tuple[str, ..
     return planned, overrides
 
 
-def _serving_generation(inventory: str, current: dict[str, dict], plan_hosts: list[str]) -> int:
-    """The generation number every host of ``plan_hosts`` currently runs (``current``: host ->
-    manifest). Exits 2 when a host has none (a failed step could not be put back) or the
-    hosts run different ones."""
-    missing = [h for h in plan_hosts if h not in current]
-    if missing:
-        _err(f"no current generation on {', '.join(missing)}: a failed step could not be put back. "
-             f"Run `glmops deploy -i {inventory}` first (it records one), then upgrade.")
-        sys.exit(2)
-    numbers = {m["number"] for m in current.values()}
-    if len(numbers) > 1:
-        _err("hosts run different generations: " + ", ".join(f"{h}={m['number']}" for h, m in current.items())
-             + f"; bring them together with `glmops rollback -i {inventory} --to N` or `glmops deploy` first")
-        sys.exit(2)
-    return numbers.pop()
-
-
-def _upgrade_stopped(res: runner.RunResult, step: G.Step, plan_steps: list[G.Step], done: list[str],
-                     inventory: str, hist: dict, gen_dir: str, old_number: int, plan: dict, drain_timeout: int,
-                     console: Console) -> NoReturn:
-    """``step`` failed (``res``): put generation ``old_number`` back on its units, say which steps
-    are on the new settings (``done``), which were never touched, and exit 1 naming the units."""
-    runner.print_summary(res, console, plan)
-    bad = _not_ready(res)
-    console.print(f"[red]upgrade stopped at {step.name}[/red]: " + "; ".join(bad), markup=True)
-    restored = _put_back(inventory, hist, gen_dir, step, old_number, plan, drain_timeout, console)
-    untouched = [s.name for s in plan_steps if s.name not in done and s is not step]
-    lines = [f"upgrade FAILED at {step.name}: {', '.join(step.units)} not ready"]
-    lines += [f"  {b}" for b in bad]
-    lines.append(f"  {step.name}: " + (f"generation {old_number} put back and serving" if restored
-                                       else f"DOWN: putting generation {old_number} back failed; "
-                                            f"run `glmops rollback -i {inventory} --to {old_number}`"))
-    if done:
-        lines.append(f"  already on the new settings: {', '.join(done)}")
-    if untouched:
-        lines.append(f"  still on generation {old_number} (untouched): {', '.join(untouched)}")
-    for line in lines:
-        _err(line)
-    runner.finish(console, None, 1, f"stopped at {step.name}: " + "; ".join(bad), verb="upgrade")
-
-
-def _put_back(inventory: str, hist: dict, gen_dir: str, step: G.Step, number: int, plan: dict,
-              drain_timeout: int, console: Console) -> bool:
-    """Restore generation ``number``'s files of the failed step's units, restart, gate."""
-    hosts = ",".join(hist)
-    extra = {"glmops_day2_hosts": hosts, "glmops_generation_dir": gen_dir,
-             "glmops_step": step.extravar(to=number, model=plan["served_model_name"],
-                                          readiness_timeout_s=plan["readiness_timeout_s"],
-                                          endpoint_ready_url=plan["endpoint_ready_url"],
-                                          drain_timeout_s=drain_timeout)}
-    # the failed workers are already out of the router (or never were in): restore, gate, add back
-    extra["glmops_step"]["router_out_done"] = True
-    console.print(f"{runner.stamp()} [bold]putting generation {number} back[/bold] on {', '.join(step.units)}")
-    res = runner.run("upgrade-putback", "rollback.yml", inventory, extra, console=console)
-    if not res.ok:
-        runner.print_summary(res, console, plan)
-    return res.ok
-
-
 @click.command("rollback")
 @ANSIBLE_OPTS
 @INVENTORY
@@ -208,49 +265,31 @@ def rollback(inventory, topology, to, check, drain_timeout):
     """Put the previous (or --to N) generation's units and files back byte for byte, one
     replica at a time, each gated on readiness; then it is the current generation."""
     console = make_console()
-    hist, result, gen_dir, hosts = read_history(inventory, topology)
-    if not result.ok:
-        _err("cannot read the generations:\n" + "\n".join(result.failures))
-        sys.exit(1)
-    number, problems = G.resolve_target(hist, to)
-    if problems:
-        for p in problems:
-            _err(p)
-        sys.exit(2)
-    current = G.current_manifests(hist)
-    changed: list[str] = []
-    for host in hist:
-        target = G.manifest_of(hist, host, number)
-        if target is None:
-            continue
-        old = G.manifest_files(current[host]) if host in current else {}
-        changed += G.changed_units(old, G.manifest_files(target))
-    services = G.manifest_services(hist, number)
-    if not services:
-        _err(f"generation {number} lists no unit")
-        sys.exit(2)
-    first = next(G.manifest_of(hist, h, number) for h in hist if G.manifest_of(hist, h, number))
-    plan_steps = G.steps(services, set(changed), first.get("topology", "agg"))
-    console.print(f"rolling back to generation {number}; changed units: {', '.join(changed) or 'none'}")
-    for i, step in enumerate(plan_steps, 1):
-        how = " (out of the router first)" if step.router_out else ""
-        console.print(f"  step {i}: {step.name}: {', '.join(step.units) or '-'}{how}")
     if check:
+        rb = G.rollback_plan(_read_or_exit(inventory, topology), to, drain_timeout)
+        for p in rb["refuse"]:
+            _err(p)
+        if rb["refuse"]:
+            sys.exit(2)
+        _print_rollback_plan(console, rb)
         sys.exit(0)
-    common = {"to": number, "model": first.get("served_model_name", ""),
-              "readiness_timeout_s": int(first.get("readiness_timeout_s") or 1800),
-              "endpoint_ready_url": first.get("endpoint_ready_url", ""), "drain_timeout_s": drain_timeout}
-    base = {"glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir}
-    finish = G.Step(name="finish", kind="finish", units=[])
-    for step in [s for s in plan_steps if s.units] + [finish]:
-        console.print(f"{runner.stamp()} [bold]step[/bold] {step.name}: "
-                      f"{', '.join(step.units) or 'generation ' + str(number) + ' becomes current'}")
-        res = runner.run("rollback", "rollback.yml", inventory, {**base, "glmops_step": step.extravar(**common)},
-                         console=console)
-        if not res.ok:
-            runner.print_summary(res, console)
-            _err(f"rollback FAILED at {step.name}: " + "; ".join(_not_ready(res)))
-            runner.finish(console, None, 1, f"stopped at {step.name}: " + "; ".join(_not_ready(res)),
-                          verb="rollback")
-    console.print(f"rollback done: generation {number} is current and the endpoint serves")
-    sys.exit(0)
+    gen_dir, hosts, _ = deployment_records(inventory, topology)
+    extra = {"glmops_day2": {"to": to, "drain_timeout_s": drain_timeout},
+             "glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir}
+    reports = _Reports(console, "rollback")
+    result = runner.run("rollback", "rollback.yml", inventory, extra, console=console, on_event=reports)
+    rb = _decided(result, reports)
+    number = rb["number"]
+    if result.ok:
+        console.print(f"rollback done: generation {number} is current and the endpoint serves")
+        sys.exit(0)
+    got = reports.result or {}
+    name = ((got.get("failed") or {}).get("step") or {}).get("name") or "an unknown step"
+    bad = _not_ready(result, reports)
+    runner.print_summary(result, console)
+    _err(f"rollback FAILED at {name}: " + "; ".join(bad))
+    if got.get("done"):
+        _err(f"  on generation {number}: {', '.join(got['done'])}")
+    if got.get("untouched"):
+        _err(f"  not rolled back (untouched): {', '.join(got['untouched'])}")
+    runner.finish(console, None, 1, f"stopped at {name}: " + "; ".join(bad), verb="rollback")

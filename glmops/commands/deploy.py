@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
-from glmops import runner, smoke
+from glmops import planning, runner, smoke
 from glmops.commands.common import exit_if_plan_refused, extravars, finish, load_plan
 from glmops.commands.options import INVENTORY, LIMIT, TOPOLOGY
 from glmops.commands.provision import ReportCollector, print_reports, reports
@@ -74,7 +74,8 @@ def deploy(inventory, topology, check, diff, limit, skip_provision, skip_smoke, 
     if result.ok and not check and not skip_smoke:  # glmops.smoke: every check, exit 1 on a failed one
         runner.print_summary(result, console, plan)
         # the run's Plan (its smoke target, in the plan play's summary): no second plan
-        smoked = smoke.smoke_after_deploy(inventory, topology, console, plan.get("smoke_target"))
+        target = plan.get("smoke_target") or planning.smoke_target(inventory, topology)
+        smoked = smoke.smoke_after_deploy(inventory, topology, console, target)
         runner.finish(console, result, 0 if smoked else 1, "" if smoked else "the smoke checks after the deploy failed")
     finish(result, plan, console)
 

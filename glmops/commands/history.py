@@ -27,7 +27,7 @@ from glmops.rules import _NAME_RE
 GENERATIONS = "generations"
 
 
-def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], str]:
+def deployment_records(inventory: str, topology: str | None) -> tuple[str, list[str], str]:
     """(generations dir, hosts, deployment name) from the inventory, without the rules:
     history and rollback work on an inventory the rules reject."""
     dep = load_deployment(inventory, topology=topology)
@@ -51,7 +51,7 @@ def _deployment(inventory: str, topology: str | None) -> tuple[str, list[str], s
 def read_history(inventory: str, topology: str | None, console: Console | None = None
                  ) -> tuple[dict[str, dict[str, Any]], runner.RunResult, str, list[str]]:
     """host -> {"generations": [manifest], "current": N|None}, the run, the dir, the hosts."""
-    gen_dir, hosts, _ = _deployment(inventory, topology)
+    gen_dir, hosts, _ = deployment_records(inventory, topology)
     got: dict[str, dict[str, Any]] = {}
 
     def on_event(event: dict) -> None:

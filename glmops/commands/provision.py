@@ -29,8 +29,6 @@ from glmops.output import console as make_console
 
 #: the event key of the prechecks' report (roles/prechecks glmops_prechecks, glmops.runner.event_of)
 PRECHECK_EVENT = "precheck_report"
-#: the report task's name: a report without the key is still recognised by it (runner.LEGACY_EVENTS)
-PRECHECK_TASK = "glmops output prechecks"
 
 
 def has_deployment(inventory: str) -> bool:

@@ -11,6 +11,7 @@ import sys
 import click
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
+from glmops import planning
 from glmops import smoke as sm
 from glmops.commands.common import deployed_topology
 from glmops.inventory import load_deployment
@@ -56,13 +57,13 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
     target = None
     if inventory:
         try:
-            target = sm.load_target(inventory, topology)
+            target = planning.smoke_target(inventory, topology)
         except ValidationError as exc:
             problems += [str(p) for p in exc.problems]
         if target is not None and topology is None and not problems:
             # what the hosts record as deployed, not the inventory's default (issue 12)
             topology = deployed_topology(inventory, load_deployment(inventory).topology)
-            target = sm.load_target(inventory, topology)
+            target = planning.smoke_target(inventory, topology)
     elif not (endpoint and model):
         problems.append("give -i/--inventory, or both --endpoint and --model")
     bad_url = sm.endpoint_problem("--endpoint", endpoint)

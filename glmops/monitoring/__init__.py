@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from glmops.model import Deployment, Plan, Problem, Service
+from glmops.smoke import parse_prometheus
 
 HERE = Path(__file__).resolve().parent
 RULES = HERE / "rules" / "glmops-alerts.yml"
@@ -326,8 +327,6 @@ def known_metrics(engine: str) -> set[str]:
 def parse_samples(text: str) -> dict[str, float]:
     """Prometheus text -> metric name -> sum of its samples (labels summed over; comments skipped);
     ``{}`` for text that is not Prometheus exposition (:func:`glmops.smoke.parse_prometheus`)."""
-    from glmops.smoke import parse_prometheus
-
     try:
         return parse_prometheus(text)
     except ValueError:

@@ -131,7 +131,7 @@ def check_prometheus(inventory: Path, runs_dir: Path, deployment: str, endpoint:
 
 
 def plan_monitoring(inventory: Path, topology: str | None) -> dict:
-    from glmops.deployview import plan_view
+    from glmops.planning import plan_view
 
     return {**plan_view(str(inventory), topology)["monitoring"],
             "scrape_interval": _scrape_interval(inventory)}

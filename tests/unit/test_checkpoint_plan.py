@@ -13,7 +13,7 @@ import pytest
 
 from glmops import checkpoint as ck
 from glmops import inventory, plan, rules
-from glmops.deployview import plan_view
+from glmops.planning import plan_view
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inventory_factory import REV, write_inventory  # noqa: E402

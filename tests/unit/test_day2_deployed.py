@@ -24,7 +24,7 @@ from rich.console import Console
 
 from glmops import generations as G
 from glmops import runner
-from glmops.deployview import plan_view
+from glmops.planning import plan_view
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_INV = REPO / "inventories" / "lab"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from glmops.deployview import PlanProblems, plan_view
+from glmops.planning import PlanProblems, plan_view
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_INV = REPO / "inventories" / "lab"

@@ -244,7 +244,7 @@ def test_plan_play_writes_a_secret_free_summary_and_each_hosts_precheck_needs(tm
     text = summary.read_text()
     assert API_KEY not in text and API_KEY not in proc.stdout
     got = json.loads(text)
-    from glmops.deployview import plan_view
+    from glmops.planning import plan_view
 
     view = plan_view(str(inv), "disagg")
     assert got["endpoint_url"] == view["endpoint_url"] and got["deployment"] == view["deployment"]
@@ -258,8 +258,8 @@ def test_runner_keeps_the_plan_plays_problems():
 
     result = runner.RunResult(verb="deploy", rc=1, status="failed", artifacts=Path("/tmp/x"), seconds=0.0)
     runner._collect(result, {"event": "runner_on_failed", "event_data": {
-        "host": "localhost", "task": runner.PLAN_TASK,
-        "res": {"msg": "glmops_plan: 2 problem(s) in inv, no host contacted:\n[A] a\n[B] b"}}})
+        "host": "localhost", "task": "Validate and plan",
+        "res": {"glmops_event": runner.PLAN, "msg": "glmops_plan: 2 problem(s) in inv, no host contacted:\n[A] a\n[B] b"}}})
     assert result.plan_problems.splitlines()[1:] == ["[A] a", "[B] b"]
     runner._collect(result, {"event": "runner_on_failed", "event_data": {
         "host": "lab-1", "task": "Other", "res": {"msg": "boom"}}})
@@ -273,7 +273,7 @@ def _run_returning(plan=None, problems=""):
         res = runner.RunResult(verb=verb, rc=1 if problems else 0, status="failed" if problems else "successful",
                                artifacts=Path("/tmp/x"), seconds=1.0)
         res.plan, res.plan_problems = plan, problems
-        res.endpoint_answered = not problems  # the run's endpoint check answered (runner.ENDPOINT_TASK)
+        res.endpoint_answered = not problems  # the run's endpoint check answered (event runner.ENDPOINT)
         return res
     return run
 
@@ -288,7 +288,7 @@ def test_deploy_cli_plans_only_inside_the_run(monkeypatch, tmp_path):
     def no_second_plan(*a, **kw):
         raise AssertionError("glmops deploy planned on the controller before the run")
     monkeypatch.setattr(cmd, "load_plan", no_second_plan)
-    monkeypatch.setattr("glmops.deployview.plan_view", no_second_plan)
+    monkeypatch.setattr("glmops.planning.plan_view", no_second_plan)
     plan = {"deployment": "d", "endpoint_url": "http://10.0.0.9:8000", "served_model_name": "m",
             "services": [{"host": "h1", "unit": "glm-d-agg-0.service"}]}
     monkeypatch.setattr(runner, "run", _run_returning(plan))

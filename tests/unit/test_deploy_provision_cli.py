@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from glmops import runner
 from glmops.cli import main
 from glmops.commands import deploy as cmd
-from glmops.commands.provision import PRECHECK_TASK
+from glmops.commands.provision import PRECHECK_EVENT
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN = {"deployment": "d", "services": [], "endpoint_url": "http://x:8000", "served_model_name": "m"}
@@ -23,7 +23,8 @@ def _fake_run(calls, reports, rc=1):
         calls.append((playbook, dict(extravars or {})))
         for host, rep in reports.items():
             kw["on_event"]({"event": "runner_on_ok",
-                            "event_data": {"host": host, "task": PRECHECK_TASK, "res": {"report": rep}}})
+                            "event_data": {"host": host, "task": "glmops output prechecks",
+                                           "res": {"glmops_event": PRECHECK_EVENT, "report": rep}}})
         res = runner.RunResult(verb=verb, rc=rc, status="failed" if rc else "successful",
                                artifacts=Path("/tmp/x"), seconds=1.0)
         res.hosts = {h: runner.HostStats(ok=2, failed=0 if r["ok"] else 1) for h, r in reports.items()}

@@ -147,7 +147,7 @@ def test_docker_double_is_strict(tmp_path):
 def test_plan_units_run_the_derived_image_the_role_builds(tmp_path):
     from inventory_factory import trtllm_b200, write_inventory
 
-    from glmops.deployview import plan_view
+    from glmops.planning import plan_view
 
     inv = write_inventory(tmp_path / "inv", trtllm_b200("agg", glmops_runtime="container", glmops_multimodal=True))
     view = plan_view(str(inv), None)

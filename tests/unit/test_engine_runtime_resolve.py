@@ -153,7 +153,7 @@ def test_engine_pins_from_catalog_multimodal_and_inventory():
 def test_plan_view_hands_the_pins_to_the_runtime_role(tmp_path):
     from inventory_factory import trtllm_b200, write_inventory
 
-    from glmops.deployview import plan_view
+    from glmops.planning import plan_view
 
     inv = write_inventory(tmp_path / "inv", trtllm_b200("agg", glmops_runtime="venv", glmops_multimodal=True,
                                                         glmops_pip_extra=["einops==0.8.1"]))

@@ -57,6 +57,10 @@ def test_the_tasks_the_cli_reads_carry_their_key():
         "roles/engine_service/tasks/logs.yml": ["glmops_event: journal"],
         "playbooks/plays/prune.yml": ["glmops_event: pruned"],
         "playbooks/tasks/restart_step.yml": ["glmops_event: restart_step"],
+        "playbooks/upgrade.yml": ["'glmops_event': 'day2_plan'", "glmops_event: day2_step", "'glmops_event': 'day2_result'"],
+        "playbooks/rollback.yml": ["'glmops_event': 'day2_plan'", "glmops_event: day2_step", "'glmops_event': 'day2_result'"],
+        "playbooks/tasks/upgrade_step.yml": ["glmops_event: day2_step"],
+        "playbooks/tasks/restore_step.yml": ["glmops_event: day2_step"],
     }
     for path, needles in sources.items():
         text = (REPO / path).read_text()
@@ -64,10 +68,23 @@ def test_the_tasks_the_cli_reads_carry_their_key():
 
 
 def test_no_cli_code_matches_a_task_name():
-    """Outside runner.LEGACY_EVENTS (results without a key), nothing compares task names."""
+    """Nothing compares task names: a result is recognised by its key alone (no legacy fallback)."""
     bad = []
     for path in [*(REPO / "glmops" / "commands").glob("*.py"), REPO / "glmops" / "runner.py"]:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"""(get\(["']task["']\)|\[["']task["']\])\s*(==|!=|in\b)""", line):
                 bad.append(f"{path.name}:{n}: {line.strip()}")
     assert not bad, bad
+
+
+def test_there_is_no_task_name_fallback():
+    """A result without its key is not recognised by what its task was once called (the
+    runner's old LEGACY_EVENTS table is gone), and the day-2 playbooks' endpoint checks are the
+    glmops_endpoint action, which carries its key."""
+    assert not hasattr(runner, "LEGACY_EVENTS")
+    for name in ("Wait for readiness", "One-token request through the endpoint", "Validate and plan",
+                 "Read the recorded generations", "glmops output prechecks"):
+        assert runner.event_of({"task": name, "res": {"msg": "x", "stdout": "{}"}}) == ""
+    for path in ("playbooks/tasks/day2_step_end.yml", "playbooks/tasks/upgrade_step.yml",
+                 "playbooks/tasks/restore_step.yml", "playbooks/upgrade.yml", "playbooks/rollback.yml"):
+        assert "ansible.builtin.uri:" not in (REPO / path).read_text(), path

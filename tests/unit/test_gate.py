@@ -170,7 +170,7 @@ def test_one_failed_unit_stops_the_gate_for_all(hc, monkeypatch, capsys, health)
 
 
 def test_progress_view_prints_each_window(capsys):
-    res = {"stdout": json.dumps({"done": False, "services": [
+    res = {"stdout": json.dumps({"glmops_event": runner.READY, "done": False, "services": [
         {"unit": "glm-lab-prefill-0.service", "decided": False, "waiting": "the one-token request",
          "reason": "one-token request to http://10.77.0.11:8001/v1/completions answered 500", "seconds": 61.2},
         {"unit": "glm-lab-decode-0.service", "decided": True, "ready": True, "seconds": 40.0}]})}
@@ -181,6 +181,6 @@ def test_progress_view_prints_each_window(capsys):
 
     console = Console(width=80, force_terminal=False)
     view = runner._Progress(console, quiet=False)
-    view.event({"event": "runner_retry", "event_data": {"host": "lab-1", "task": runner.READY_TASK, "res": res}},
+    view.event({"event": "runner_retry", "event_data": {"host": "lab-1", "task": "Wait for readiness", "res": res}},
                runner.RunResult(verb="deploy", rc=0, status="running", artifacts=Path("."), seconds=0.0))
     assert "glm-lab-prefill-0.service: waiting 61 s for the one-token request" in capsys.readouterr().out

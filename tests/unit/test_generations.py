@@ -14,6 +14,9 @@ import pytest
 
 from glmops import generations as G
 
+from day2_fakes import day2_runner
+from day2_fakes import history_of as _history_of
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "roles" / "generation" / "files" / "glmops_generation.py"
 
@@ -199,21 +202,6 @@ def test_upgrade_bad_set_exits_2_before_any_host(monkeypatch):
     assert res.exit_code == 2 and "fp5" in res.output
 
 
-def _history_of(plan: dict, number: int = 1) -> dict:
-    """What `glmops_generation.py list` would report after deploying ``plan`` (generation ``number``)."""
-    out = {}
-    for host, hp in plan["hosts"].items():
-        services = hp["workers"]["services"] + hp["routers"]["services"]
-        units = {s["name"]: s["unit"] for s in services}
-        files = [{"path": f["path"], "sha256": f["sha256"], "mode": f["mode"], "unit": units.get(f["service"], "")}
-                 for kind in ("workers", "routers") for key in ("files", "secret_files") for f in hp[kind][key]]
-        out[host] = {"current": number, "generations": [{
-            "number": number, "plan_hash": "x", "runtimes": hp["runtimes"], "files": files,
-            "units": [{**{k: s[k] for k in ("unit", "pool", "replica", "engine", "url", "health_url", "ready_url",
-                                              "start_order")}} for s in services]}]}
-    return out
-
-
 @pytest.mark.parametrize("topology,out_of_router", [("agg", True), ("disagg", False)])
 def test_upgrade_check_lists_changed_units_and_steps(monkeypatch, topology, out_of_router):
     from click.testing import CliRunner
@@ -221,7 +209,7 @@ def test_upgrade_check_lists_changed_units_and_steps(monkeypatch, topology, out_
     from glmops import runner
     from glmops.cli import main
     from glmops.commands import day2
-    from glmops.deployview import plan_view
+    from glmops.planning import plan_view
 
     monkeypatch.chdir(REPO)
     deployed = plan_view("inventories/lab", topology)
@@ -250,7 +238,7 @@ def test_rollback_check_picks_previous_and_rejects_unknown(monkeypatch):
     from glmops import runner
     from glmops.cli import main
     from glmops.commands import day2
-    from glmops.deployview import plan_view
+    from glmops.planning import plan_view
 
     monkeypatch.chdir(REPO)
     g1 = _history_of(plan_view("inventories/lab", "agg"), 1)
@@ -264,7 +252,11 @@ def test_rollback_check_picks_previous_and_rejects_unknown(monkeypatch):
     assert res.exit_code == 0, res.output
     assert "rolling back to generation 1; changed units: glm-lab-agg-0.service, glm-lab-agg-1.service" in res.output
     assert "agg replica 0" in res.output and "out of the router first" in res.output
+    # without --check: one rollback.yml run, whose decision on the controller refuses
+    calls, run = day2_runner(hist)
+    monkeypatch.setattr(runner, "run", run)
     res = CliRunner().invoke(main, ["rollback", "-i", "inventories/lab", "--to", "5"])
+    assert [c[0] for c in calls] == ["rollback.yml"]
     assert res.exit_code == 2 and "generation 5 is not recorded" in res.output and "1, 2" in res.output
 
 

@@ -88,8 +88,8 @@ def _result(ok: bool, answered: bool) -> runner.RunResult:
     for ev in [
         {"event": "runner_on_ok", "event_data": {"host": "lab-1", "task": "Place the units", "res": {"changed": True}}},
         {"event": "runner_on_ok" if answered else "runner_on_failed",
-         "event_data": {"host": "localhost", "task": runner.ENDPOINT_TASK,
-                        "res": {"msg": "endpoint http://10.77.0.13:8000/v1/completions (tiny-llama) answered"
+         "event_data": {"host": "localhost", "task": "One-token request through the endpoint",
+                        "res": {"glmops_event": runner.ENDPOINT, "msg": "endpoint http://10.77.0.13:8000/v1/completions (tiny-llama) answered"
                                 if answered else "answered nothing after 4 attempt(s)"}}},
     ]:
         runner._collect(result, ev)
@@ -136,7 +136,8 @@ def test_retry_events_print_a_stamped_waiting_line_per_retry():
         {"event": retry, "event_data": {"host": "lab-2", "task": "Wait for the port", "res": {
             "stdout": "{}\nwaiting for glm-lab-prefill-0.service: /health 503 for 31 s", "attempts": 2}}},
         {"event": retry, "event_data": {"host": "lab-3", "task": "Some poll", "res": {"attempts": 3, "retries": 9}}},
-        {"event": retry, "event_data": {"host": "lab-1", "task": "Download progress", "res": {"msg": "own printer"}}},
+        {"event": retry, "event_data": {"host": "lab-1", "task": "Download progress", "res": {
+            "glmops_event": runner.DOWNLOAD_PROGRESS, "msg": "own printer"}}},
     ])
     lines = out.splitlines()
     assert STAMP.match(lines[0]) and "PLAY Install the engine runtimes the Plan uses" in lines[0]
@@ -306,13 +307,13 @@ def test_restart_prints_the_endpoint_when_its_gate_passed_the_front_door():
 
     def printed(rows: list[dict]) -> bool:
         result = runner.RunResult(verb="restart", rc=0, status="successful", artifacts=Path("/r"), seconds=1.0)
-        for host, unit, task in rows:
-            runner._collect(result, {"event": "runner_on_ok", "event_data": {"host": host, "task": task, "res": {
-                "stdout": json.dumps({"services": [{"unit": unit, "ready": True}]})}}})
+        for host, unit, key in rows:  # key: the result's glmops_event (its task's name does not matter)
+            runner._collect(result, {"event": "runner_on_ok", "event_data": {"host": host, "task": "a task", "res": {
+                "stdout": json.dumps({"glmops_event": key, "services": [{"unit": unit, "ready": True}]})}}})
         console = Console(record=True, width=400, file=io.StringIO())
         runner.print_summary(result, console, plan)
         return "endpoint: http://10.77.0.13:8000  (model tiny-llama)" in console.export_text()
 
-    assert printed([("lab-3", "glm-lab-router.service", runner.READY_TASK)])
-    assert not printed([("lab-1", "glm-lab-prefill-0.service", runner.READY_TASK)])
-    assert not printed([("lab-3", "glm-lab-router.service", runner.STATE_TASK)])  # the read: not this run's answer
+    assert printed([("lab-3", "glm-lab-router.service", runner.READY)])
+    assert not printed([("lab-1", "glm-lab-prefill-0.service", runner.READY)])
+    assert not printed([("lab-3", "glm-lab-router.service", runner.STATE)])  # the read: not this run's answer

@@ -49,7 +49,7 @@ def test_reports_take_the_precheck_output_and_mark_unreachable_hosts():
     rep = {"host": "a", "ok": False, "failed": ["a: wrong GPU count (found 7, needed 8)"], "checks": []}
     unreachable = runner.HostStats(unreachable=1, messages=["ssh: connect to host b port 22: No route"])
     collector = cmd.ReportCollector()
-    collector({"event": "runner_on_ok", "event_data": {"host": "a", "task": cmd.PRECHECK_TASK, "res": {"report": rep}}})
+    collector({"event": "runner_on_ok", "event_data": {"host": "a", "task": "glmops output prechecks", "res": {"glmops_event": cmd.PRECHECK_EVENT, "report": rep}}})
     collector({"event": "runner_on_ok", "event_data": {"host": "a", "task": "other", "res": {"report": {}}}})
     res = _result([], {"a": runner.HostStats(ok=3, failed=1), "b": unreachable})
     nodes = cmd.reports(res, collector.reports)
@@ -66,7 +66,8 @@ def test_check_json_exit_code_follows_the_reports(tmp_path, monkeypatch):
     def fake_run(verb, playbook, inventory, extravars, **kw):
         assert (verb, playbook) == ("check", "check.yml")
         kw["on_event"]({"event": "runner_on_ok",
-                        "event_data": {"host": "lab-1", "task": cmd.PRECHECK_TASK, "res": {"report": good}}})
+                        "event_data": {"host": "lab-1", "task": "glmops output prechecks",
+                                       "res": {"glmops_event": cmd.PRECHECK_EVENT, "report": good}}})
         r = _result([], {"lab-1": runner.HostStats(ok=2)})
         r.rc = 0
         return r

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from glmops import planning
 from glmops import smoke as sm
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _target(inv: str, topology: str) -> sm.SmokeTarget:
-    return sm.load_target(str(REPO / "inventories" / inv), topology)
+    return planning.smoke_target(str(REPO / "inventories" / inv), topology)
 
 
 # ------------------------------------------------------------------ plan -> target

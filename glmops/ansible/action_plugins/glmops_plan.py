@@ -30,7 +30,7 @@ Options:
 
 Returns (register it; plain data, no facts, so nothing lands in a fact cache):
   failed + msg listing every problem (``[CODE] path: message (hint: ...)``) on bad input;
-  otherwise ``plan`` (see :func:`glmops.deployview.plan_view`) with per-host services,
+  otherwise ``plan`` (see :func:`glmops.planning.plan_view`) with per-host services,
   the files each one needs, the deployment target and the endpoint URL. The success
   result is marked no-log: env files may hold secrets (API keys), so it is never
   displayed nor written to run artifacts.

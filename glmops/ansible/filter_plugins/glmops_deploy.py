@@ -9,8 +9,14 @@
 ``glmops_prune_candidates(plan, recorded, inventory_hosts, group_hosts)`` -> ``{read, gone}``
 ``glmops_departed(candidates, reads, prune, deployment)`` -> ``{prune, unreachable, gone, refuse, lines}``
     (logic in glmops.generations: the hosts that left the Plan)
+``glmops_upgrade_plan(lists, plan, inventory, drain_timeout_s)`` -> glmops.generations.upgrade_plan + ``unread``, ``go``
+``glmops_rollback_plan(lists, to, drain_timeout_s)`` -> glmops.generations.rollback_plan + ``unread``, ``go``
+    (``lists``: host -> the stdout of its ``glmops_generation.py list``, "" when it could not be read;
+    ``unread``: those hosts; ``go``: the verb has something to do and nothing stops it)
 """
 from __future__ import annotations
+
+import json
 
 
 def _service_dirs(config_dir, state_dir, user):
@@ -54,10 +60,47 @@ def _departed(candidates, reads, prune, deployment):
     return departed(dict(candidates), dict(reads), bool(prune), str(deployment))
 
 
+def _history(lists):
+    """(host -> its generations as ``glmops_generation.py list`` reports them, [hosts not read])."""
+    history, unread = {}, []
+    for host, stdout in dict(lists).items():
+        try:
+            got = json.loads(stdout) if stdout else None
+        except (TypeError, ValueError):
+            got = None
+        if not isinstance(got, dict):
+            unread.append(host)
+            continue
+        got.pop("glmops_event", None)
+        history[host] = got
+    return history, unread
+
+
+def _upgrade_plan(lists, plan, inventory="INVENTORY", drain_timeout_s=120):
+    from glmops.generations import upgrade_plan
+
+    history, unread = _history(lists)
+    if unread:
+        return {"unread": unread, "go": False, "refuse": "", "act": False, "steps": []}
+    out = upgrade_plan(history, dict(plan), str(inventory), int(drain_timeout_s))
+    return {**out, "unread": [], "go": bool(out["act"] and not out["refuse"])}
+
+
+def _rollback_plan(lists, to=None, drain_timeout_s=120):
+    from glmops.generations import rollback_plan
+
+    history, unread = _history(lists)
+    if unread:
+        return {"unread": unread, "go": False, "refuse": [], "steps": []}
+    out = rollback_plan(history, int(to) if to not in (None, "") else None, int(drain_timeout_s))
+    return {**out, "unread": [], "go": not out["refuse"]}
+
+
 class FilterModule:
     """glmops deploy filters (see the module docstring)."""
 
     def filters(self):
         return {"glmops_service_dirs": _service_dirs, "glmops_state_argv": _state_argv,
                 "glmops_provision_roles": _provision_roles, "glmops_plan_hosts": _plan_hosts,
-                "glmops_prune_candidates": _prune_candidates, "glmops_departed": _departed}
+                "glmops_prune_candidates": _prune_candidates, "glmops_departed": _departed,
+                "glmops_upgrade_plan": _upgrade_plan, "glmops_rollback_plan": _rollback_plan}
