@@ -1367,7 +1367,7 @@ def _check_api_key(plan: Plan, dep: Deployment | None, out: list[Problem]) -> No
                     f"the clients' key itself: {engine_base.api_key_open_door(svc.engine)}; the endpoint "
                     f"{svc.address}:{svc.port} serves clients without a key",
                     "guard the front door's port (firewall, reverse proxy), or use a topology whose front door "
-                    "forwards the client's header (vllm-router with --worker-urls); validate --strict refuses this")
+                    "forwards the client's header (aggregated); validate --strict refuses this")
 
 
 def _secret_in(word: str, secrets: Iterable[str]) -> str | None:
