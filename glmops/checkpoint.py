@@ -182,23 +182,37 @@ def human(n: float) -> str:
 
 # ---------------------------------------------------------------------------------- plan view
 def plan_view(dep: Any, plan: Any) -> dict[str, Any]:
-    """The checkpoint part of the playbooks' plan view (``glmops.deployview``):
-    ``{repo, revision, model_dir, local_dir, allow_patterns, mode, offline, size_gib, hosts,
-    service_user, state_dir}``. ``hosts``: every host running a service whose argv loads the
-    checkpoint (workers, and a frontend that reads it), in Plan order; ``mode`` is ``per_node``
-    when only one host needs it. ``dep``/``plan`` are glmops.model Deployment/Plan."""
-    ck_spec = dep.checkpoint
+    """The checkpoint part of the playbooks' plan view (``glmops.deployview``): the model's
+    checkpoint as ``{repo, revision, model_dir, local_dir, allow_patterns, mode, offline, size_gib,
+    hosts, service_user, state_dir, kind}`` plus ``checkpoints``: that entry first, then one per
+    drafter the Plan loads (``Deployment.drafters``, ``kind: drafter``), each with its own hosts.
+    ``hosts``: every host running a service whose argv loads that checkpoint (for the model's also
+    a frontend that reads it), in Plan order; ``mode`` is ``per_node`` when only one host needs it.
+    ``dep``/``plan`` are glmops.model Deployment/Plan."""
+    views = [_one_view(dep, plan, ck_spec) for ck_spec in dep.checkpoints()]
+    return {**views[0], "checkpoints": views}
+
+
+def _loads(argv: list[str], local_dir: str) -> bool:
+    """True when a word of ``argv`` names ``local_dir`` or a path below it, also inside a JSON
+    value (vLLM's ``--speculative-config '{"model": DIR}'``)."""
+    pattern = re.compile(re.escape(local_dir) + r"(?:$|[/\"'])")
+    return any(pattern.search(word) for word in argv)
+
+
+def _one_view(dep: Any, plan: Any, ck_spec: Any) -> dict[str, Any]:
+    model = getattr(ck_spec, "kind", "model") == "model"
     hosts: list[str] = []
     for svc in sorted(plan.services, key=lambda s: (s.start_order, s.host, s.name)):
-        if any(ck_spec.local_dir == a or a.startswith(ck_spec.local_dir + "/") for a in svc.argv) \
-                or svc.start_order < 50:
+        if _loads(svc.argv, ck_spec.local_dir) or (model and svc.start_order < 50):
             if svc.host not in hosts:
                 hosts.append(svc.host)
     return {"repo": ck_spec.repo, "revision": ck_spec.revision or "", "model_dir": ck_spec.model_dir,
             "local_dir": ck_spec.local_dir, "allow_patterns": list(ck_spec.allow_patterns or []),
             "mode": ck_spec.mode if len(hosts) > 1 else "per_node", "offline": bool(ck_spec.offline),
             "size_gib": float(ck_spec.size_gib or 0), "hosts": hosts,
-            "service_user": dep.service_user, "state_dir": dep.state_dir}
+            "service_user": dep.service_user, "state_dir": dep.state_dir,
+            "kind": getattr(ck_spec, "kind", "model")}
 
 
 # ---------------------------------------------------------------------------------- inputs

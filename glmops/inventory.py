@@ -39,6 +39,7 @@ from glmops.model import (
     Problem,
     RouterSpec,
     ValidationError,
+    checkpoint_dir,
     clip,
     is_secret,
 )
@@ -1008,6 +1009,7 @@ class _Load:
     model_key: str
     variant_key: str
     variant: dict
+    drafters: dict
     engine_key: str
     engine: dict
     hardware_key: str
@@ -1107,6 +1109,7 @@ def _catalog_entries(s: _Load, topology: str | None) -> None:
     model = cat.models.get(s.model_key) or {}
     s.variant_key = v["glmops_variant"] or model.get("default_variant") or ""
     s.variant = (model.get("variants") or {}).get(s.variant_key) or {}
+    s.drafters = model.get("drafters") or {}
     s.engine_key = v["glmops_engine"] or ""
     s.engine = cat.engines.get(s.engine_key) or {}
     s.hardware_key = v["glmops_hardware"] or ""
@@ -1391,7 +1394,7 @@ def _read_checkpoint(s: _Load) -> CheckpointSpec:
     repo = ck["repo"] or variant.get("repo") or ""
     revision = ck["revision"] if ck["revision"] is not None else variant.get("revision")
     model_dir = ck["model_dir"].rstrip("/") or "/"
-    local_dir = f"{model_dir}/{repo}" + (f"/{revision}" if revision else "")
+    local_dir = checkpoint_dir(model_dir, repo, revision)
     if any(part in (".", "..") for part in f"{repo}/{revision or ''}".split("/")):
         r.problem("PATH", f"{ck_path}.repo",
                   f"checkpoint directory {local_dir!r} (model_dir/repo/revision) is not below model_dir {model_dir!r}; "
@@ -1421,11 +1424,29 @@ def _read_monitoring(s: _Load, router_host: str, hosts: dict[str, HostSpec]) -> 
     return monitoring
 
 
+def _drafter_defaults(s: _Load, spec: Any) -> Any:
+    """``spec`` (speculative settings) with what the catalog knows of its method's drafter
+    (``models.<m>.drafters.<method>``: ``model`` repo, ``num_speculative_tokens``, ``revision``)
+    where the inventory left them unset; a copy, ``spec`` itself when there is no drafter."""
+    if not isinstance(spec, dict):
+        return spec
+    drafter = s.drafters.get(str(spec.get("method", "")).lower())
+    if not isinstance(drafter, dict):
+        return spec
+    out = dict(spec)
+    for key, cat_key in (("model", "repo"), ("num_speculative_tokens", "num_speculative_tokens"), ("revision", "revision")):
+        if out.get(key) is None and drafter.get(cat_key) is not None:
+            out[key] = drafter[cat_key]
+    return out
+
+
 def _assemble(s: _Load, hosts: dict[str, HostSpec], pools: list[PoolSpec], router: RouterSpec,
               checkpoint: CheckpointSpec, monitoring: dict[str, Any]) -> Deployment:
     """The Deployment from the parts the other steps read and the typed variables, with
     ``sources`` completed for the Deployment's own field names."""
     r, v = s.r, s.v
+    for pool in pools:
+        pool.speculative = _drafter_defaults(s, pool.speculative)
     served = v["glmops_served_model_name"] or s.variant.get("served_model_name") or checkpoint.repo
     engine_version = v["glmops_engine_version"] or str(s.engine.get("version") or "")
     name = v["glmops_deployment"] or os.path.basename(os.path.abspath(s.inv_dir)) or "glm"
@@ -1455,7 +1476,7 @@ def _assemble(s: _Load, hosts: dict[str, HostSpec], pools: list[PoolSpec], route
         max_batch_size=v["glmops_max_batch_size"],
         max_num_tokens=v["glmops_max_num_tokens"],
         multimodal=v["glmops_multimodal"],
-        speculative=v["glmops_speculative"],
+        speculative=_drafter_defaults(s, v["glmops_speculative"]),
         engine_args=v["glmops_engine_args"] or {},
         engine_config=v["glmops_engine_config"] or {},
         env=_env(v["glmops_env"] or {}, r, s.src("glmops_env")),

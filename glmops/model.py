@@ -254,13 +254,24 @@ class PoolSpec:
         return self.tp * self.pp * self.dp
 
 
+def checkpoint_dir(model_dir: str, repo: str, revision: str | None) -> str:
+    """A checkpoint's snapshot directory on the hosts: ``<model_dir>/<repo>/<revision>``
+    (``<model_dir>/<repo>`` while the revision is unpinned)."""
+    return f"{model_dir.rstrip('/') or ''}/{repo}" + (f"/{revision}" if revision else "")
+
+
+#: a Hugging Face repo id (``owner/name``)
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
 @dataclass
 class CheckpointSpec:
     """Where the weights come from and where they live on each node.
 
     ``repo`` and ``revision`` (a 40-hex commit, F12) come from the catalog variant
     or the inventory override; ``local_dir`` is ``<model_dir>/<repo>/<revision>``.
-    ``mode``: per_node | fanout | shared.
+    ``mode``: per_node | fanout | shared. ``kind``: ``model`` (the served weights) or
+    ``drafter`` (a speculative drafter's own checkpoint, :meth:`Deployment.drafters`).
     """
 
     repo: str
@@ -271,6 +282,7 @@ class CheckpointSpec:
     allow_patterns: list[str] = field(default_factory=list)
     mode: str = "fanout"
     offline: bool = True
+    kind: str = "model"
 
 
 @dataclass
@@ -361,6 +373,36 @@ class Deployment:
 
     def pool(self, role: str) -> PoolSpec | None:
         return next((p for p in self.pools if p.role == role), None)
+
+    def drafters(self) -> list[CheckpointSpec]:
+        """The draft checkpoints the pools' speculative settings load (``model`` a repo id, with
+        its ``revision``), once each, in pool order: snapshot under the model's ``model_dir``,
+        served offline like the model (F12). A ``model`` that is a directory is the user's own."""
+        out: list[CheckpointSpec] = []
+        ck = self.checkpoint
+        for pool in self.pools:
+            spec = pool.speculative if pool.speculative is not None else self.speculative
+            if not isinstance(spec, dict) or str(spec.get("method", "")).lower() in ("", "none", "off"):
+                continue
+            repo, revision = spec.get("model"), spec.get("revision")
+            if not isinstance(repo, str) or not REPO_ID.match(repo):
+                continue
+            revision = str(revision) if revision not in (None, "") else None
+            if any(d.repo == repo and d.revision == revision for d in out):
+                continue
+            out.append(CheckpointSpec(repo=repo, revision=revision, model_dir=ck.model_dir,
+                                      local_dir=checkpoint_dir(ck.model_dir, repo, revision),
+                                      mode=ck.mode, offline=ck.offline, kind="drafter"))
+        return out
+
+    def drafter(self, repo: str, revision: Any = None) -> CheckpointSpec | None:
+        """The drafter checkpoint of ``repo`` at ``revision`` (:meth:`drafters`), or None."""
+        revision = str(revision) if revision not in (None, "") else None
+        return next((d for d in self.drafters() if d.repo == repo and d.revision == revision), None)
+
+    def checkpoints(self) -> list[CheckpointSpec]:
+        """Every checkpoint a Plan of this deployment loads: the model's, then the drafters'."""
+        return [self.checkpoint, *self.drafters()]
 
     def source(self, key: str) -> str:
         """Inventory path for ``key`` (e.g. ``group_vars/all.yml:glmops_kv_cache_dtype``)."""

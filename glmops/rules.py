@@ -30,7 +30,7 @@ from glmops.engines.problems import (  # noqa: F401  (the old private names stay
     few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src,
     warning)
 from glmops.engines.registry import RuleFacts
-from glmops.model import SECRET_VALUE, Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths
+from glmops.model import REPO_ID, SECRET_VALUE, Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths
 from glmops.variables import CHECKPOINT_KEYS, MAX_PARALLEL, VARIABLES  # noqa: F401  (one source)
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -850,8 +850,10 @@ def _check_kv_dtype(dep: Deployment, model: dict, hw: dict, backend: dict, out: 
 
 
 #: keys of the engine-neutral speculative mapping (``glmops_speculative``); engines/vllm.py passes
-#: method + num_speculative_tokens through, engines/sglang.py also reads the EAGLE names of seed 001
-SPECULATIVE_KEYS = frozenset({"method", "num_speculative_tokens", "num_steps", "num_draft_tokens", "topk"})
+#: method + num_speculative_tokens through, engines/sglang.py also reads the EAGLE names of seed 001;
+#: ``model`` + ``revision``: a drafter's own checkpoint (catalog ``speculative.drafter_methods``)
+SPECULATIVE_KEYS = frozenset({"method", "num_speculative_tokens", "num_steps", "num_draft_tokens", "topk",
+                              "model", "revision"})
 
 
 def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None:
@@ -884,13 +886,16 @@ def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None
             _problem(out, "SPECULATIVE", where,
                      f"speculative method {spec.get('method')!r} is not accepted on {_backend(dep)}; "
                      f"accepted: {', '.join(accepted + ['none'])}")
-        for key in sorted(keys - {"method", "max_draft_len"} - own):
+        for key in sorted(keys - {"method", "max_draft_len", "model", "revision"} - own):
             if key in spec and (isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < 1):
                 _problem(out, "SPECULATIVE", where, f"speculative {key} {spec[key]!r} is not accepted; accepted: an integer >= 1")
         if method == "":
             continue
         if method == "mtp" and int(model.get("mtp_layers", 1) or 0) < 1:
             _problem(out, "SPECULATIVE", where, f"{model.get('name')} has no MTP layer; accepted: method none")
+        if method in accepted:  # another method is refused above (or by the engine's own rule)
+            _check_drafter(dep, spec, method, [str(m) for m in (backend.get("speculative") or {}).get("drafter_methods", [])],
+                           where, out)
         if espec is not None and espec.speculative_pool_rule is not None:
             espec.speculative_pool_rule(dep, model, spec, where, method, out)
     if espec is not None and espec.speculative_config_rule is not None:
@@ -904,6 +909,35 @@ def _check_speculative(dep: Deployment, model: dict, out: list[Problem]) -> None
                          f"speculative settings differ: prefill {a!r}, decode {b!r}; accepted: the same settings on both pools "
                          "(equal num_speculative_tokens / matching speculative_config)",
                          "set glmops_speculative once for both pools (seeds 000, 001, 002)")
+
+
+def _check_drafter(dep: Deployment, spec: dict, method: str, drafter_methods: list[str], where: str,
+                   out: list[Problem]) -> None:
+    """A drafter's own checkpoint (``model`` + ``revision``, catalog ``speculative.drafter_methods``,
+    defaults from ``models.<m>.drafters``): only for such a method, a repo id glmops downloads, and a
+    40-hex commit while serving offline (F12, as ``glmops_checkpoint.revision``)."""
+    name = where.split(":", 1)[-1]  # the variable path: glmops_speculative, glmops_topologies.<t>.pools.<role>.speculative
+    repo, revision = spec.get("model"), spec.get("revision")
+    if method not in drafter_methods:
+        if repo is not None or revision is not None:
+            _problem(out, "SPECULATIVE", where,
+                     f"speculative method {method!r} loads no draft checkpoint of its own, but {name}.model/revision are set; "
+                     f"accepted: model and revision only with {', '.join(drafter_methods) or 'a drafter method (none on ' + _backend(dep) + ')'}")
+        return
+    if isinstance(repo, str) and repo.startswith("/") and ".." not in repo.split("/"):
+        return  # the user's own copy on every host: nothing to download or pin
+    if not isinstance(repo, str) or not REPO_ID.match(repo):
+        _problem(out, "SPECULATIVE", f"{where}.model",
+                 f"{name}.model {repo!r} is not a Hugging Face repo id; accepted: owner/name of the {method} drafter "
+                 "(glmops downloads it and serves its local snapshot) or an absolute directory present on every host",
+                 f"catalog models.yaml drafters.{method} names none for {dep.model}: set {name}.model")
+        return
+    if dep.checkpoint.offline and (revision is None or not HEX40.match(str(revision))):
+        found = "is unset" if revision is None else f"{str(revision)!r} is not a commit"
+        _problem(out, "F12_REVISION", f"{where}.revision",
+                 f"{name}.revision of drafter {repo} {found} while serving offline; accepted: a 40-hex commit sha of {repo}",
+                 "pin the drafter's commit so serving never depends on the hub (HF_HUB_OFFLINE=1); "
+                 "no seed names one (catalog models.yaml drafters)")
 
 
 def _check_limits(dep: Deployment, model: dict, out: list[Problem]) -> None:

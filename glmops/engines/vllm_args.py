@@ -5,11 +5,13 @@ workers from these pieces, so neither imports the other. Sources: see ``glmops.e
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from glmops.engines import base
 from glmops.engines.base import CATALOG, Ctx, Placement, Settings
-from glmops.model import PoolSpec
+from glmops.engines.problems import canon, pool_args, problem, src
+from glmops.model import PoolSpec, Problem
 
 ENGINE = "vllm"
 CPU_ENTRY = "python -m vllm.entrypoints.openai.api_server"
@@ -70,13 +72,76 @@ def kv_transfer_config(ctx: Ctx, pool: PoolSpec, st: Settings, role_both: bool =
     return cfg
 
 
-def speculative_config(st: Settings) -> dict[str, Any] | None:
-    """Engine-neutral ``{method: mtp, num_speculative_tokens: N}`` -> vLLM JSON (same keys)."""
+def speculative_config(st: Settings, dep: Any = None) -> dict[str, Any] | None:
+    """Engine-neutral ``{method: mtp, num_speculative_tokens: N}`` -> vLLM JSON (same keys).
+
+    A drafter with a checkpoint of its own (seed 004: ``{"method":"dspark","model":"RedHatAI/
+    GLM-5.3-speculator.dspark","num_speculative_tokens":8}``): ``model`` becomes the snapshot
+    directory ``glmops download`` puts it in (``Deployment.drafter``; units serve with
+    HF_HUB_OFFLINE=1, F12) and ``revision`` is left out (the directory is that commit)."""
     if not st.speculative:
         return None
     spec = dict(st.speculative)
     spec["method"] = str(spec.get("method", "mtp")).lower()
+    revision = spec.pop("revision", None)
+    drafter = dep.drafter(spec["model"], revision) if dep is not None and isinstance(spec.get("model"), str) else None
+    if drafter is not None:
+        spec["model"] = drafter.local_dir
     return spec
+
+
+#: flags of ``vllm serve`` that name a draft model (reference/serving-clis.md: ``--speculative-config``
+#: / ``-sc`` JSON or dotted ``.model``, the shorthand ``--spec-model``)
+_DRAFT_MODEL_FLAGS = ("--speculative-config", "-sc", "--speculative_config")
+
+
+def draft_models(argv: list[str]) -> list[str]:
+    """The draft model every speculative flag of a vLLM argv names (JSON ``model``, dotted
+    ``--speculative-config.model``, ``--spec-model``), in argv order."""
+    found: list[str] = []
+    for i, word in enumerate(argv[:-1]):
+        value = argv[i + 1]
+        if word in _DRAFT_MODEL_FLAGS:
+            try:
+                cfg = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(cfg, dict) and isinstance(cfg.get("model"), str):
+                found.append(cfg["model"])
+        elif word.replace("_", "-") in ("--speculative-config.model", "--spec-model", "-sc.model"):
+            found.append(value)
+    return found
+
+
+def offline_draft_problems(plan: Any, dep: Any, engine: str = ENGINE) -> list[Problem]:
+    """F12 for drafters (``EngineSpec.plan_rules``): a unit serving offline (HF_HUB_OFFLINE=1) whose
+    argv names a draft model that is no directory (a hub id given through ``glmops_engine_args`` /
+    pool ``engine_args``) would ask the hub at start: refused (code ``F12_HUB_ID``) naming the
+    flag's inventory key and the variable that downloads the drafter instead."""
+    out: list[Problem] = []
+    if dep is None:
+        return out
+    for svc in plan.services:
+        if svc.engine != engine or svc.env.get("HF_HUB_OFFLINE") != "1":
+            continue
+        pool = dep.pool(svc.role)
+        if pool is None or not set(pool_args(dep, pool)) & {canon(k) for k in _ARGS_KEYS}:
+            continue  # the draft model came from glmops_speculative: the speculative rules checked it
+        for model in draft_models(svc.argv):
+            if model.startswith("/"):
+                continue
+            keys = [f"{scope}engine_args.{k}" for scope in (f"pools.{svc.role}.", "") for k in _ARGS_KEYS]
+            problem(out, "F12_HUB_ID", src(dep, *keys, "glmops_engine_args"),
+                    f"the {svc.role} pool's draft model {model!r} is a hub id while its units serve offline "
+                    "(HF_HUB_OFFLINE=1); accepted: glmops_speculative {method, model, revision} (glmops download "
+                    "fetches it at that commit and the unit names its local snapshot) or a directory on the hosts",
+                    "move the drafter from engine_args to glmops_speculative (seed 004 DSpark: {method: dspark, "
+                    "revision: <40-hex commit>})")
+    return out
+
+
+#: engine_args keys that can carry a draft model (canonical and as written)
+_ARGS_KEYS = ("speculative-config", "speculative_config", "speculative-config.model", "spec-model", "sc")
 
 
 def engine_args(ctx: Ctx, pool: PoolSpec, pl: Placement, st: Settings, *, dynamo: bool = False) -> dict[str, Any]:
@@ -98,7 +163,7 @@ def engine_args(ctx: Ctx, pool: PoolSpec, pl: Placement, st: Settings, *, dynamo
         derived["kv-cache-dtype"] = kv
     derived.update(base.setting_flags(st, {"max_seq_len": "max-model-len", "max_batch_size": "max-num-seqs",
                                             "max_num_tokens": "max-num-batched-tokens"}))
-    spec = speculative_config(st)
+    spec = speculative_config(st, dep)
     if spec:
         derived["speculative-config"] = spec
     if st.parsers:

@@ -341,3 +341,34 @@ def test_serves_lab_tiny_model_work_tree(tmp_path):
                 assert entry["lfs"]["oid"] == f["sha256"]
             else:
                 assert entry["oid"] == f["blob_sha1"]
+
+
+DRAFTER = "RedHatAI/GLM-5.3-speculator.dspark"  # seed 004 line 176: a dotted repo name
+DRAFTER_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+def test_cli_serves_the_model_and_its_drafter_each_at_its_own_commit(repo, tmp_path):
+    """Issue 14 item 9: `--add` serves seed 004's DSpark drafter repo beside the model's; the real
+    client fetches each at its pinned commit and gets only that repo's files."""
+    src, files = repo
+    drafter_src = tmp_path / "drafter"
+    drafter_files = {"config.json": json.dumps({"architectures": ["DSparkDraftModel"], "block_size": 8}).encode(),
+                     "model.safetensors": os.urandom(120_000)}
+    for rel, data in drafter_files.items():
+        (drafter_src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (drafter_src / rel).write_bytes(data)
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "hub_double.py"),
+                             "--add", f"{REPO}={src}@{COMMIT}", "--add", f"{DRAFTER}={drafter_src}@{DRAFTER_COMMIT}"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip().split("=", 1)[1]
+        model = download(url, tmp_path / "m", revision=COMMIT)
+        drafter = download(url, tmp_path / "d", repo_id=DRAFTER, revision=DRAFTER_COMMIT)
+        assert model["ok"] and drafter["ok"], (model, drafter)
+        assert model["path"].endswith(f"snapshots/{COMMIT}") and drafter["path"].endswith(f"snapshots/{DRAFTER_COMMIT}")
+        assert tree_of(model["path"]) == files and tree_of(drafter["path"]) == drafter_files
+        wrong = download(url, tmp_path / "w", repo_id=DRAFTER, revision=COMMIT)  # the model's commit is not the drafter's
+        assert not wrong["ok"] and "RevisionNotFoundError" in wrong["mro"], wrong
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -65,8 +65,10 @@ def start_hub(lab: spec.LabState, repo_dir: Path, token: str | None = TOKEN) -> 
 
 
 def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str = "fanout",
-                    revision: str = CK_COMMIT, model_dir: str = "/models", offline: bool = True) -> Path:
-    """A vLLM-CPU agg deployment with one replica per host in ``hosts`` (each needs the checkpoint)."""
+                    revision: str = CK_COMMIT, model_dir: str = "/models", offline: bool = True,
+                    speculative: dict | None = None) -> Path:
+    """A vLLM-CPU agg deployment with one replica per host in ``hosts`` (each needs the checkpoint);
+    ``speculative`` sets ``glmops_speculative`` (a drafter: its own checkpoint too)."""
     by_name = {h.name: h for h in lab.hosts}
     inv = {"all": {
         "vars": {
@@ -79,6 +81,7 @@ def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str 
             "glmops_runtime": "venv", "glmops_topology": "agg", "glmops_served_model_name": "tiny-llama",
             "glmops_checkpoint": {"repo": CK_REPO, "revision": revision, "model_dir": model_dir,
                                   "mode": mode, "offline": offline},
+            **({"glmops_speculative": speculative} if speculative else {}),
             "glmops_topologies": {"agg": {"pools": {"agg": {"replicas": len(hosts), "hosts": list(hosts),
                                                             "port": 8001}},
                                           "router": {"host": hosts[0], "port": 8000}}},

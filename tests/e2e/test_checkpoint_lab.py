@@ -33,6 +33,10 @@ HOSTS = ["lab-1", "lab-2", "lab-3"]
 LOCAL = f"/models/{CK_REPO}/{CK_COMMIT}"
 SHARED_MNT = "/srv/glmops-shared"
 SHARD2 = "model-00002-of-00003.safetensors"
+# issue 14 item 9: a drafter repo under the same org (wipe() clears it), dotted like seed 004's
+DRAFT_REPO = "glmops-test/ckpt-speculator.dspark"
+DRAFT_COMMIT = "0123456789abcdef0123456789abcdef89abcdef"
+DRAFT_LOCAL = f"/models/{DRAFT_REPO}/{DRAFT_COMMIT}"
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +44,17 @@ def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("ckpt")
     repo = base / "repo"
     files = make_checkpoint(repo, shards=3, shard_bytes=8 * 1024 * 1024)
+    drafter = base / "drafter"  # a small second repo: the speculative drafter's own checkpoint
+    drafter_files = make_checkpoint(drafter, shards=1, shard_bytes=2 * 1024 * 1024, seed=2)
     shared = base / "shared"
     shared.mkdir()
     lab = lab_up(NAME, 3, [spec.Bind(str(shared), SHARED_MNT, read_only=False)])
     hub = start_hub(lab, repo)
+    hub.add_repo(DRAFT_REPO, str(drafter), commit=DRAFT_COMMIT)
     try:
         yield {"lab": lab, "hub": hub, "repo": repo, "files": files, "base": base,
-               "runs": base / "runs", "total": sum(files.values())}
+               "runs": base / "runs", "total": sum(files.values()),
+               "drafter": drafter, "drafter_total": sum(drafter_files.values())}
     finally:
         hub.stop()
         core.down(NAME, log=lambda *_: None)
@@ -260,3 +268,37 @@ def test_shared_mount_one_writer_under_the_lock(clean, tmp_path):
     lock = ssh(env["lab"], "lab-2", f"ls {model_dir}/.glmops-locks/").stdout
     assert f"{CK_REPO.replace('/', '--')}@{CK_COMMIT}.lock" in lock
     wipe(env["lab"], ["lab-1"], model_dir=model_dir)
+
+
+def test_drafter_checkpoint_is_fetched_fanned_out_and_named_by_the_unit(clean, tmp_path):
+    """Issue 14 item 9: a Plan with a speculative drafter (its own repo at a pinned commit) gets
+    both checkpoints: each fetched once from the hub at its commit, verified, fanned out to the
+    hosts that load it; the rendered unit names both local snapshots, never a hub id."""
+    env = clean
+    hosts = HOSTS[:2]
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", hosts, mode="fanout",
+                          speculative={"method": "dspark", "model": DRAFT_REPO, "revision": DRAFT_COMMIT,
+                                       "num_speculative_tokens": 8})
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    # one copy of each repo from the hub, both to the source host; the peer got both by fanout
+    assert env["hub"].stats()["bytes_by_client"] == {addr(env, "lab-1"): env["total"] + env["drafter_total"]}
+    rows = {(h["host"], h["repo"]): (h["source"], h["commit"]) for h in out["hosts"]}
+    assert rows == {("lab-1", CK_REPO): ("hub", CK_COMMIT), ("lab-2", CK_REPO): ("peer lab-1", CK_COMMIT),
+                    ("lab-1", DRAFT_REPO): ("hub", DRAFT_COMMIT), ("lab-2", DRAFT_REPO): ("peer lab-1", DRAFT_COMMIT)}
+    want_drafter = {p.relative_to(env["drafter"]).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                    for p in env["drafter"].rglob("*") if p.is_file()}
+    for host in hosts:
+        assert digests(env["lab"], host, LOCAL) == want_digests(env), host
+        assert digests(env["lab"], host, DRAFT_LOCAL) == want_drafter, host
+        marker = f"/var/lib/glmops/checkpoints/{DRAFT_REPO.replace('/', '--')}@{DRAFT_COMMIT}.json"
+        read = ssh(env["lab"], host, f"cat {marker}")
+        assert read.returncode == 0 and DRAFT_COMMIT in read.stdout, host
+    # the units these hosts run load both snapshots, offline
+    from glmops import planning, render
+
+    planned = planning.load(str(inv))
+    for svc in [s for s in planned.plan.services if s.role == "agg"]:
+        unit = render.unit_text(planned.deployment, svc, planned.plan)
+        assert LOCAL in unit and DRAFT_LOCAL in unit and svc.env.get("HF_HUB_OFFLINE") == "1", unit
+        assert f'"model":"{DRAFT_LOCAL}"' in " ".join(svc.argv)

@@ -22,6 +22,8 @@ def _entries(cat: catalog.Catalog):
         yield f"models.{key}", entry
         for vkey, variant in entry["variants"].items():
             yield f"models.{key}.variants.{vkey}", variant
+        for dkey, drafter in (entry.get("drafters") or {}).items():
+            yield f"models.{key}.drafters.{dkey}", drafter
     for key, entry in cat.hardware.items():
         yield f"hardware.{key}", entry
     yield "hardware.policy", cat.policy

@@ -137,7 +137,7 @@ def test_mtp_max_draft_len_on_trtllm(tmp_path, n, ok):
 
 
 @pytest.mark.parametrize("spec,needle", [
-    ({"method": "medusa", "num_speculative_tokens": 3}, "'medusa' is not accepted on vllm; accepted: mtp, none"),
+    ({"method": "medusa", "num_speculative_tokens": 3}, "'medusa' is not accepted on vllm; accepted: mtp, dspark, none"),
     ({"method": "mtp", "num_speculative_tokens": -2}, "num_speculative_tokens -2 is not accepted; accepted: an integer >= 1"),
     ({"method": "mtp", "num_speculative_tokens": "3"}, "num_speculative_tokens '3' is not accepted"),
     ({"method": "mtp", "num_speculative_tokns": 3}, "key(s) 'num_speculative_tokns' are not accepted"),
