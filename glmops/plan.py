@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops import strategies
+from glmops import netif, strategies
 from glmops.engines import base, registry
 from glmops.engines.base import CATALOG, Ctx, NodeSlot, Placement
 from glmops.engines.registry import engine_module, router_kind  # noqa: F401  (old names, now the registry's)
@@ -213,6 +213,7 @@ def _build(dep: Deployment) -> Plan:
     if missing:
         notes.append(f"container runtime but no image for {', '.join(missing)}: set glmops_image "
                      "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
+    netif.apply(dep, stores + workers + front)  # F17: a host's glmops_socket_ifname across hosts
     for svc in stores + workers + front:
         _plain_service(svc)
     return Plan(
