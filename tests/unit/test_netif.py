@@ -125,3 +125,43 @@ def test_single_host_plan_renders_nothing(tmp_path):
     assert "--ifname-env" not in argv
     assert hashlib.sha256(_workers_env(planned, "gpu-a")[0]["content"].encode()).hexdigest() == \
         _workers_env(planned, "gpu-a")[0]["sha256"]
+
+
+def test_precheck_fails_when_the_named_interface_does_not_hold_the_address(tmp_path):
+    from glmops import prechecks
+
+    planned = _two_hosts(tmp_path, host_vars={"gpu-a": {"glmops_socket_ifname": "ens5"}})
+    needs = prechecks.needs_for_deployment(planned.deployment, planned.plan)
+    assert needs["gpu-a"]["interface"]["name"] == "ens5" and "name" not in needs["gpu-b"]["interface"]
+    facts = {"interface": {"address": "10.0.0.11", "holders": ["eno1"],
+                           "interfaces": [{"name": "eno1", "addresses": ["10.0.0.11"]}]}}
+    [r] = prechecks.evaluate("gpu-a", facts, {"interface": needs["gpu-a"]["interface"]})
+    assert not r["ok"] and "glmops_socket_ifname ens5 does not hold the inventory address 10.0.0.11" in r["message"]
+    [r] = prechecks.evaluate("gpu-a", facts, {"interface": dict(needs["gpu-a"]["interface"], name="eno1")})
+    assert r["ok"]
+
+
+def test_generation_record_checks_the_plan_part_of_a_completed_env_file(tmp_path):
+    """The record play's manifest carries the Plan's digest and ``ifname_env``: the host's lines
+    do not make the record refuse the file, anything else still does."""
+    import base64
+    import grp
+    import pwd
+
+    script = hostread.script("generation", "glmops_generation.py")
+    base = "# env\nA=1\n"
+    path = tmp_path / "w.env"
+    path.write_text(base + "NCCL_SOCKET_IFNAME=eno1\nGLOO_SOCKET_IFNAME=eno1\n")
+    st = path.stat()
+    entry = {"path": str(path), "sha256": hashlib.sha256(base.encode()).hexdigest(), "mode": "0644",
+             "owner": pwd.getpwuid(st.st_uid).pw_name, "group": grp.getgrgid(st.st_gid).gr_name, "unit": "",
+             "ifname_env": list(netif.NAMES)}
+
+    def record(n, files):
+        manifest = base64.b64encode(json.dumps({"plan_hash": "h", "units": [], "files": files}).encode()).decode()
+        return subprocess.run([sys.executable, str(script), "record", "--dir", str(tmp_path / "gens"), "--number",
+                               str(n), "--keep", "5", "--manifest", manifest], capture_output=True, text=True, timeout=30)
+
+    assert record(1, [entry]).returncode == 0
+    bad = record(2, [dict(entry, ifname_env=[])])
+    assert bad.returncode != 0 and "not what the Plan placed" in bad.stdout

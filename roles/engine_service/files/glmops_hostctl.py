@@ -54,6 +54,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,7 +143,8 @@ def address_holder(address: str, cache: dict) -> str | None:
         return cache[address]
     cache[address] = None
     try:
-        links = json.loads(subprocess.run(["ip", "-j", "addr", "show"], capture_output=True, text=True,
+        ip = next((p for p in ("ip", "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if shutil.which(p)), "ip")
+        links = json.loads(subprocess.run([ip, "-j", "addr", "show"], capture_output=True, text=True,
                                           timeout=10).stdout or "[]")
         try:
             wanted = {ipaddress.ip_address(address)}
