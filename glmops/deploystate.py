@@ -76,8 +76,9 @@ def state_argv(bundle: dict, host_units: list[str], unit_glob: str, target: dict
     ``routers``: ``{services, files, secret_files}``, see :mod:`glmops.deployview`): the
     directories and files it wants (target file first), each unit with the files it
     depends on, the /health of each unit, the other units of the deployment on the host
-    (``host_units``, never stale) and, with ``stamp`` and ``current``, the deploy stamp and the
-    generations' ``current`` file to read."""
+    (``host_units``, never stale), the env files the host completes with the interface that
+    holds its address (``ifname_env``, F17) and, with ``stamp`` and ``current``, the deploy stamp
+    and the generations' ``current`` file to read."""
     files = ([target] if target.get("path") else []) + list(bundle.get("files", [])) + list(bundle.get("secret_files", []))
     argv = ["state", "--user", user, "--glob", unit_glob, "--target", target.get("name", ""),
             "--keep", *host_units,
@@ -87,6 +88,9 @@ def state_argv(bundle: dict, host_units: list[str], unit_glob: str, target: dict
             "--health", *[f"{s['unit']}|{s['health_url']}" for s in bundle.get("services", [])],
             "--runtime", *[f"{s['unit']}={s['runtime_marker']}" for s in bundle.get("services", [])
                            if s.get("runtime_marker")]]
+    ifname = [f"{f['path']}|{f['ifname_address']}|{','.join(f['ifname_env'])}" for f in files if f.get("ifname_env")]
+    if ifname:  # F17: env files the host completes with the interface holding its address (glmops.netif)
+        argv += ["--ifname-env", *ifname]
     return argv + (["--stamp", stamp] if stamp else []) + (["--current", current] if current else [])
 
 

@@ -24,7 +24,10 @@ renders in one call): every file rendered (``glmops.render``). This module impor
                    auth: "VAR@ENV_FILE" when the service requires glmops_api_key (the gate and status
                          read VAR from that 0600 file on the host and send Authorization: Bearer), else "",
                    runtime_marker: the venv's install marker ("" unless venv runtime)}
-    file:         {path, content (str), mode, owner, group, service, sha256}
+    file:         {path, content (str), mode, owner, group, service, sha256}; a worker's env file
+                  in a Plan spanning hosts may add ``ifname_env`` ([NCCL_SOCKET_IFNAME, ...]) and
+                  ``ifname_address``: the host appends ``NAME=<interface holding the address>``
+                  lines to ``content`` (glmops.netif, F17)
 
 Env files (mode 0600) are ``secret_files``: only tasks with ``no_log`` touch them. A
 service view never carries file contents, so looping over services never leaks.
@@ -34,7 +37,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from glmops import monitoring, render
+from glmops import monitoring, netif, render
 from glmops.checkpoint import plan_view as checkpoint_view
 from glmops.deploystate import records_dir
 from glmops.engines import base
@@ -170,6 +173,12 @@ def _service_view(svc: Service, paths: list[str]) -> dict[str, Any]:
     }
 
 
+def plan_address(dep: Deployment, svc: Service) -> str:
+    """The inventory address of ``svc``'s host (the one its interface must hold)."""
+    host = dep.hosts.get(svc.host)
+    return host.address if host is not None else svc.host
+
+
 def _file(path: str, content: str, mode: str, group: str, service: str) -> dict[str, str]:
     return {"path": path, "content": content, "mode": f"{int(str(mode), 8):04o}", "owner": "root",
             "group": group or "root", "service": service,
@@ -181,6 +190,9 @@ def _files(dep: Deployment, plan: Plan, svc: Service) -> tuple[list[dict], list[
     and its engine config files (group: the service user; 0600 ones are secret)."""
     files = [_file(f"{UNIT_DIR}/{svc.unit}", render.unit_text(dep, svc, plan), "0644", "root", svc.name)]
     secrets = [_file(render.env_path(dep, svc), render.env_text(dep, svc), "0600", "root", svc.name)]
+    found = netif.host_found(plan, svc)
+    if found:  # F17: the host fills in the interface holding its address (glmops_hostctl.py --ifname-env)
+        secrets[0].update(ifname_env=found, ifname_address=plan_address(dep, svc))
     for cf in svc.files:
         entry = _file(cf.path, render.config_text(cf), cf.mode, dep.service_user, svc.name)
         (secrets if cf.format == "env" or entry["mode"] == "0600" else files).append(entry)

@@ -1181,7 +1181,7 @@ def _read_host(s: _Load, host: Any, default_gpus: list[int]) -> HostSpec:
         r.problem("ADDRESS", where_host,
                   f"ansible_host {str(ansible_host)!r} of host {host.name} is not accepted; accepted: a host name, "
                   "an IPv4 or an IPv6 address")
-    for key in ("glmops_rdma_devices",):
+    for key in ("glmops_rdma_devices", "glmops_socket_ifname"):
         _check_text(values[key], f"hosts.{host.name}.{key}", r)
     if CONTROL_CHARS.search(host.name) or not host.name.isprintable():
         r.problem("ADDRESS", f"{root}:{host.name!r}", f"host name {host.name!r} is not printable text; accepted: a host name")
@@ -1197,6 +1197,7 @@ def _read_host(s: _Load, host: Any, default_gpus: list[int]) -> HostSpec:
         spec.address = str(ansible_host)
     spec.gpus = values["glmops_gpus"] if values["glmops_gpus"] is not None else list(default_gpus)
     spec.rdma_devices = values["glmops_rdma_devices"] or []
+    spec.socket_ifname = str(values["glmops_socket_ifname"] or "")
     spec.vars = {"ansible_host": str(ansible_host)} if ansible_host else {}
     branch = hv.get("nvidia_driver_branch")  # roles/nvidia_driver's input: DRIVER_BRANCH compares it (F30)
     if branch is not None and "{{" not in str(branch):

@@ -216,6 +216,9 @@ class HostSpec:
     address: str
     gpus: list[int] = field(default_factory=list)
     rdma_devices: list[str] = field(default_factory=list)
+    #: ``glmops_socket_ifname``: the interface NCCL/Gloo use across hosts (F17); empty = the one
+    #: that holds ``address`` on the host, found by the deploy (glmops.netif)
+    socket_ifname: str = ""
     hardware: str = ""
     groups: list[str] = field(default_factory=list)
     vars: dict[str, Any] = field(default_factory=dict)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops import strategies
+from glmops import netif, strategies
 from glmops.engines import base, registry
 from glmops.engines.base import CATALOG, Ctx, NodeSlot, Placement
 from glmops.engines.registry import engine_module, router_kind  # noqa: F401  (old names, now the registry's)
@@ -215,6 +215,7 @@ def _build(dep: Deployment) -> Plan:
                      "(the seeds name none) or use glmops_runtime: venv; rendering the units will fail")
     if dep.api_key:  # a front door that checks no client key: rules' API_KEY_OPEN_FRONT_DOOR warning
         _give_api_key(dep.api_key, workers + front)
+    netif.apply(dep, stores + workers + front)  # F17: a host's glmops_socket_ifname across hosts
     for svc in stores + workers + front:
         _plain_service(svc)
     return Plan(

@@ -38,8 +38,9 @@ this module holds everything else and does no I/O, so it is unit-tested directly
                     as that user (F11; :func:`writable_needs`)
 ``host_memory``     ``{bytes, parts}``: RAM the Plan keeps in host memory on the host
                     (:func:`host_memory_needs`), against MemTotal
-``interface``       ``{address, refused}`` (multi-host Plans): an interface of the host holds
-                    its inventory address and is not refused (``lo``, ``docker*``; F17)
+``interface``       ``{address, refused[, name]}`` (multi-host Plans): an interface of the host holds
+                    its inventory address and is not refused (``lo``, ``docker*``; F17); ``name``
+                    (``glmops_socket_ifname``) must be that interface
 ==================  =========================================================================
 
 Every failing result names the host, the value found and the value needed.
@@ -174,6 +175,8 @@ def needs_for_deployment(dep, plan) -> dict[str, dict[str, Any]]:
         if len({svc.host for svc in plan.services}) > 1:  # F17: traffic between hosts
             needs["interface"] = {"address": host.address,
                                   "refused": list((catalog.prechecks.get("interface") or {}).get("refused") or [])}
+            if host.socket_ifname:  # glmops_socket_ifname: the interface NCCL/Gloo are pointed at
+                needs["interface"]["name"] = host.socket_ifname
         memory = host_memory_needs(plan.on_host(name), catalog)
         if memory["bytes"]:
             needs["host_memory"] = memory
@@ -609,6 +612,10 @@ def _interface(host: str, facts: dict[str, Any], want: dict[str, Any], add) -> N
         add(_fail(host, "interface", f"{address} is on {', '.join(holders)}", needed,
                   f"the inventory address {address} is on {', '.join(bad)}, which other hosts cannot reach; "
                   "give the host an address on its cluster network (F17)"))
+    elif want.get("name") and want["name"] not in holders:
+        add(_fail(host, "interface", f"{address} is on {', '.join(holders)}", f"{want['name']} holding {address}",
+                  f"glmops_socket_ifname {want['name']} does not hold the inventory address {address} "
+                  f"({', '.join(holders)} does); NCCL/Gloo would use the wrong network (F17)"))
     else:
         add(_ok("interface", f"{', '.join(holders)} holds {address}", needed))
 

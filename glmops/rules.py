@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from packaging.version import InvalidVersion, Version
 
 from glmops import catalog as catalog_mod
-from glmops import monitoring, prechecks
+from glmops import monitoring, netif, prechecks
 from glmops import plan as plan_mod
 from glmops.catalog import flags as F
 from glmops.engines import base as engine_base
@@ -150,6 +150,7 @@ def check(dep: Deployment) -> list[Problem]:
     _check_limits(dep, model, out)
     _check_versions(dep, engine, out)
     _check_driver_branch(dep, cat, out)
+    _check_socket_ifname(dep, cat, out)
     _check_image(dep, engine, backend, hw, out)
     _check_multimodal(dep, model, out)
     _check_checkpoint(dep, variant, out)
@@ -1011,6 +1012,21 @@ def _check_driver_branch(dep: Deployment, cat: Any, out: list[Problem]) -> None:
                  f"need{'s' if len(builds) == 1 else ''}; accepted: >= {need}",
                  f"set nvidia_driver_branch: \"{need}\" (or leave it unset: provisioning installs the deployment's "
                  "need), or pin an engine build for an older CUDA")
+
+
+def _check_socket_ifname(dep: Deployment, cat: Any, out: list[Problem]) -> None:
+    """F17_SOCKET_IFNAME: a host's ``glmops_socket_ifname`` (NCCL/Gloo between hosts) must not be
+    an interface other hosts cannot reach (catalog ``prechecks.yaml`` ``interface.refused``)."""
+    patterns = netif.refused_patterns(cat)
+    for name, host in dep.hosts.items():
+        hit = netif.refused(host.socket_ifname, patterns) if host.socket_ifname else None
+        if hit:
+            _problem(out, netif.CODE, _src(dep, f"hosts.{name}.socket_ifname", f"hosts.{name}"),
+                     f"glmops_socket_ifname {host.socket_ifname!r} of host {name} matches the refused pattern "
+                     f"{hit!r}: other hosts cannot reach NCCL/Gloo there; accepted: an interface matching none of "
+                     f"{', '.join(patterns)} (the one that holds the host's address)",
+                     "name the host's cluster network interface, or leave it unset: the deploy names the "
+                     "interface that holds the host's address")
 
 
 def _check_image(dep: Deployment, engine: dict, backend: dict, hw: dict, out: list[Problem]) -> None:

@@ -258,6 +258,11 @@ HOST_VARIABLES: dict[str, Var] = {
     "glmops_rdma_devices": Var("list", "RDMA NICs for NIXL/UCX (`[mlx5_0, mlx5_1]` -> `UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1`); "
                                "required on every host of a cross-host NIXL disagg (F06).", elements="str",
                                shown_default="`[]`", shape="nic"),
+    "glmops_socket_ifname": Var("str", "Interface NCCL and Gloo use between hosts (`NCCL_SOCKET_IFNAME`, "
+                                "`GLOO_SOCKET_IFNAME` in the workers' env files when the Plan spans hosts; "
+                                "`lo` and `docker*` refused, F17). A pool's or `glmops_env`'s own value wins.",
+                                shown_default="the interface that holds the host's address (read by the deploy)",
+                                shape="nic"),
 }
 
 POOL_KEYS: dict[str, Var] = {

@@ -157,6 +157,9 @@ def test_deploy_serves_text_with_both_workers_registered_through_etcd(lab, deplo
         assert "--discovery-backend etcd" in cmd and "--request-plane tcp" in cmd and "--event-plane zmq" in cmd, cmd
         env = D.ssh(lab, host, f"cat /etc/glmops/{DEP}/{unit[:-len('.service')]}.env").stdout
         assert f"ETCD_ENDPOINTS={want}\n" in env and "DYN_FILE_KV" not in env and "DYN_REQUEST_PLANE" not in env, env
+        if host != "lab-3":  # F17: the workers' env names the interface holding the host's address (host0)
+            nic = D.ssh(lab, host, f"ip -o addr show to {_addr(lab, host)}").stdout.split()[1].split("@")[0]
+            assert nic != "lo" and f"NCCL_SOCKET_IFNAME={nic}\nGLOO_SOCKET_IFNAME={nic}\n" in env, (nic, env)
         assert not D.ssh(lab, host, "ls /var/lib/glmops/lab-dynamo-etcd/kv-shared 2>/dev/null").stdout
     answer = D.completion(_endpoint(lab), MODEL, prompt="Hello, my name is", max_tokens=8)
     assert answer["model"] == MODEL and answer["usage"]["completion_tokens"] == 8

@@ -3,6 +3,7 @@
 ``glmops_service_dirs(config_dir, state_dir, user)``  -> ``[{path, mode, owner, group}]``
 ``glmops_state_argv(bundle, host_units, unit_glob, target, user, config_dir, state_dir)``
     -> argv of ``glmops_hostctl.py state`` (a list; quote each item)
+``glmops_ifname_suffix(names, ifname)`` -> the env file lines ``NAME=<ifname>`` the host adds (glmops.netif, F17)
 ``glmops_provision_roles(hardware, runtime, driver_enabled, toolkit_enabled)``
     -> ``{driver: bool, toolkit: bool}``
 ``glmops_plan_hosts(plan)`` -> ``[{name, address, units}]`` (the generation manifest's ``hosts``)
@@ -29,6 +30,12 @@ def _state_argv(bundle, host_units, unit_glob, target, user, config_dir, state_d
     from glmops.deploystate import state_argv
 
     return state_argv(bundle, list(host_units), unit_glob, dict(target), user, config_dir, state_dir)
+
+
+def _ifname_suffix(names, ifname):
+    from glmops.netif import suffix
+
+    return suffix(list(names or []), str(ifname)) if ifname else ""
 
 
 def _provision_roles(hardware, runtime=None, driver_enabled=None, toolkit_enabled=None):
@@ -101,6 +108,7 @@ class FilterModule:
 
     def filters(self):
         return {"glmops_service_dirs": _service_dirs, "glmops_state_argv": _state_argv,
+                "glmops_ifname_suffix": _ifname_suffix,
                 "glmops_provision_roles": _provision_roles, "glmops_plan_hosts": _plan_hosts,
                 "glmops_prune_candidates": _prune_candidates, "glmops_departed": _departed,
                 "glmops_upgrade_plan": _upgrade_plan, "glmops_rollback_plan": _rollback_plan}

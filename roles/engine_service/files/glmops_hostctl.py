@@ -6,10 +6,10 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
 
   state --want PATH=SHA256:MODE:OWNER:GROUP ... --unit UNIT=PATH,PATH ... --keep UNIT ...
         --glob GLOB --target TARGET --user NAME [--health UNIT|HEALTH_URL ...] [--runtime UNIT=MARKER ...]
-        [--stamp PATH] [--current PATH]
+        [--stamp PATH] [--current PATH] [--ifname-env PATH|ADDRESS|NAME,NAME ...]
       -> {"drifted": [PATH], "units": {UNIT: {...}}, "restart": [UNIT], "stale": [UNIT], "user": bool,
           "unhealthy": [UNIT], "services": [{unit, ready, fresh, reason}], "reinstalled": [UNIT],
-          "stamp": JSON | null, "current": str | null}
+          "stamp": JSON | null, "current": str | null, "ifnames": {PATH: IFNAME}}
       read-only: which files differ from what the Plan wants (content hash or ``dir``,
       mode, owner, group); each unit's systemd state; the units to (re)start (one of
       its files drifted, or not active, or not enabled); units matching GLOB in
@@ -22,6 +22,9 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       ``stamp``: the JSON document at --stamp (the deploy stamp the record play writes after
       a successful deploy, see glmops.deploystate), null when missing or not JSON; ``current``:
       the text of --current (the generations' ``current`` file), null when missing.
+      --ifname-env (F17, glmops.netif): the env file PATH is in state when it is the wanted
+      text followed by ``NAME=<interface>`` per NAME, the interface being the one that holds
+      ADDRESS here (``ip -j addr``); ``ifnames`` names that interface per PATH (none found: no entry).
   ready --timeout S --model NAME --service UNIT|HEALTH_URL|READY_URL ... [--fresh UNIT ...]
         [--window W --run ID]
       -> {"done": bool, "services": [{unit, ready, seconds, decided_at, time_to_ready_s, reason, journal,
@@ -51,6 +54,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,15 +105,21 @@ def part_of(path: str, target: str) -> bool:
         return False
 
 
-def file_state(path: str) -> str | None:
-    """``SHA256:MODE:OWNER:GROUP`` of a file (``dir:...`` for a directory), None if absent."""
+def file_state(path: str, suffix: str = "") -> str | None:
+    """``SHA256:MODE:OWNER:GROUP`` of a file (``dir:...`` for a directory), None if absent. With
+    ``suffix``: the digest of the text before it ("suffix-missing" when the file does not end with it)."""
     try:
         st = os.stat(path)
         if os.path.isdir(path):
             digest = "dir"
         else:
             with open(path, "rb") as fh:
-                digest = hashlib.sha256(fh.read()).hexdigest()
+                data = fh.read()
+            tail = suffix.encode()
+            if tail and not data.endswith(tail):
+                digest = "suffix-missing"
+            else:
+                digest = hashlib.sha256(data[:len(data) - len(tail)] if tail else data).hexdigest()
     except OSError:
         return None
     try:
@@ -123,11 +133,50 @@ def file_state(path: str) -> str | None:
     return f"{digest}:{st.st_mode & 0o7777:04o}:{owner}:{group}"
 
 
+def address_holder(address: str, cache: dict) -> str | None:
+    """The first interface (``ip -j addr``) that holds ``address`` (an IP, or a name resolved
+    here), None when none does or the interfaces cannot be read (F17)."""
+    import ipaddress
+    import socket
+
+    if address in cache:
+        return cache[address]
+    cache[address] = None
+    try:
+        ip = next((p for p in ("ip", "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if shutil.which(p)), "ip")
+        links = json.loads(subprocess.run([ip, "-j", "addr", "show"], capture_output=True, text=True,
+                                          timeout=10).stdout or "[]")
+        try:
+            wanted = {ipaddress.ip_address(address)}
+        except ValueError:
+            wanted = {ipaddress.ip_address(ai[4][0].split("%")[0]) for ai in socket.getaddrinfo(address, None)}
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    for link in links:
+        for a in link.get("addr_info") or []:
+            try:
+                if a.get("local") and ipaddress.ip_address(a["local"].split("%")[0]) in wanted:
+                    cache[address] = link.get("ifname")
+                    return cache[address]
+            except ValueError:
+                pass
+    return None
+
+
 def cmd_state(args) -> int:
     drifted = []
+    ifnames, suffixes, holders, unresolved = {}, {}, {}, set()
+    for spec in args.ifname_env:  # F17: PATH|ADDRESS|NAME,NAME
+        path, address, names = (spec.split("|") + ["", ""])[:3]
+        ifname = address_holder(address, holders)
+        if not ifname:
+            unresolved.add(path)  # no interface holds the address: never in state (the precheck says why)
+        else:
+            ifnames[path] = ifname
+            suffixes[path] = "".join(f"{n}={ifname}\n" for n in names.split(",") if n)
     for want in args.want:
         path, _, spec = want.partition("=")
-        if file_state(path) != spec:
+        if file_state(path, suffixes.get(path, "")) != spec or path in unresolved:
             drifted.append(path)
     wanted = dict(spec.partition("=")[::2] for spec in args.unit)
     units = unit_show(list(wanted))
@@ -169,7 +218,7 @@ def cmd_state(args) -> int:
             "loaded": p.get("LoadState", "")} for u, p in units.items()},
         "restart": restart, "stale": stale, "user": has_user, "reinstalled": reinstalled,
         "unhealthy": unhealthy, "services": services, "stamp": read_json(args.stamp) if args.stamp else None,
-        "current": read_text(args.current) if args.current else None}))
+        "current": read_text(args.current) if args.current else None, "ifnames": ifnames}))
     return 0
 
 
@@ -543,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--runtime", nargs="*", default=[], help="UNIT=MARKER: the unit's engine venv install marker")
     st.add_argument("--stamp", default="", help="the deploy stamp file to read back")
     st.add_argument("--current", default="", help="the generations' current file to read back")
+    st.add_argument("--ifname-env", nargs="*", default=[],
+                    help="PATH|ADDRESS|NAME,NAME: the env file ends with NAME=<interface holding ADDRESS> (F17)")
     rd = sub.add_parser("ready")
     rd.add_argument("--timeout", type=float, required=True)
     rd.add_argument("--model", default="")

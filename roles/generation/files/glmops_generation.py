@@ -58,13 +58,26 @@ class Failure(Exception):
     """A check failed; the message is printed as {"failed": true, "msg": ...}."""
 
 
-def sha256(path: str) -> str | None:
-    """The file's sha256 hex digest, None when it does not exist."""
+def sha256(path: str, host_names=()) -> str | None:
+    """The file's sha256 hex digest (:func:`plan_digest` with ``host_names``), None when it does not exist."""
     try:
         with open(path, "rb") as fh:
+            if host_names:
+                return plan_digest(fh.read(), host_names)
             return hashlib.file_digest(fh, "sha256").hexdigest()
     except FileNotFoundError:
         return None
+
+
+def plan_digest(data: bytes, host_names=()) -> str:
+    """sha256 of ``data`` without its trailing ``NAME=...`` lines of ``host_names``: the lines a
+    host adds to the Plan's env file (the manifest's ``ifname_env``: the interface holding the
+    host's address, F17), so the Plan's digest still checks the rest."""
+    lines = data.splitlines(keepends=True)
+    names = tuple(f"{n}=".encode() for n in host_names)
+    while names and lines and lines[-1].startswith(names) and lines[-1].endswith(b"\n"):
+        lines.pop()
+    return hashlib.sha256(b"".join(lines)).hexdigest()
 
 
 def owner_of(st: os.stat_result) -> tuple[str, str]:
@@ -167,7 +180,7 @@ def cmd_record(args) -> dict:
     manifest["recorded_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     bad = []
     for f in manifest["files"]:
-        got = sha256(f["path"])
+        got = sha256(f["path"], f.get("ifname_env") or ())
         if got != f["sha256"]:
             bad.append(f"{f['path']} (on the host: {got or 'missing'}, planned: {f['sha256'][:12]})")
     if bad:
@@ -239,7 +252,7 @@ def cmd_restore(args) -> dict:
     for f in files:
         src = os.path.join(args.dir, str(target), "files", f["path"].lstrip("/"))
         st = os.stat(f["path"]) if os.path.exists(f["path"]) else None
-        same = (sha256(f["path"]) == f["sha256"] and st is not None
+        same = (sha256(f["path"], f.get("ifname_env") or ()) == f["sha256"] and st is not None
                 and f"{st.st_mode & 0o7777:04o}" == f["mode"] and owner_of(st) == (f["owner"], f["group"]))
         if same:
             continue
@@ -249,7 +262,7 @@ def cmd_restore(args) -> dict:
         if not args.check:
             with open(src, "rb") as fh:
                 data = fh.read()
-            if hashlib.sha256(data).hexdigest() != f["sha256"]:
+            if plan_digest(data, f.get("ifname_env") or ()) != f["sha256"]:
                 raise Failure(f"generation {target}: the stored copy of {f['path']} does not match its manifest")
             write_atomic(f["path"], data, int(f["mode"], 8), f["owner"], f["group"])
     remove_units: list[str] = []
