@@ -18,7 +18,7 @@ import pytest
 from glmops import deploystate, hostread, netif, planning, render
 from glmops.ansible.filter_plugins.glmops_deploy import FilterModule
 from glmops.model import ValidationError
-from tests.unit.inventory_factory import vllm_b200_disagg, write_inventory
+from inventory_factory import vllm_b200_disagg, write_inventory
 
 HOSTCTL = hostread.script("engine_service", "glmops_hostctl.py")
 HOSTS = {"gpu-a": {"ansible_host": "10.0.0.11"}, "gpu-b": {"ansible_host": "10.0.0.12"}}
