@@ -41,10 +41,9 @@ from glmops import monitoring, netif, render
 from glmops.checkpoint import plan_view as checkpoint_view
 from glmops.deploystate import records_dir
 from glmops.engines import base
-from glmops.model import Deployment, Plan, Service
+from glmops.model import ROUTER_ORDER, Deployment, Plan, Service
 from glmops.runtime import engine_pins
 
-ROUTER_ORDER = 50  # Service.start_order at or above this: router/orchestrator/frontend
 #: the venv marker roles/engine_runtime writes when an install is complete (tasks/venv_install.yml)
 RUNTIME_MARKER = ".glmops-runtime.json"
 UNIT_DIR = "/etc/systemd/system"

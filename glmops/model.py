@@ -434,6 +434,10 @@ class ConfigFile:
     mode: str = "0644"
 
 
+#: Service.start_order at or above this: router/orchestrator/frontend (below: stores and workers)
+ROUTER_ORDER = 50
+
+
 @dataclass
 class Service:
     """One systemd unit on one host.

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import fnmatch
 
+from glmops import catalog as cat
+from glmops.model import ROUTER_ORDER
+
 #: the variables that name the interface (NCCL environment variables, PyTorch distributed)
 NAMES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 #: rule code of a refused ``glmops_socket_ifname``
@@ -25,8 +28,6 @@ CODE = "F17_SOCKET_IFNAME"
 
 def refused_patterns(catalog=None) -> list[str]:
     """The catalog's refused interface patterns (``prechecks.yaml`` ``interface.refused``)."""
-    from glmops import catalog as cat
-
     catalog = catalog or cat.load()
     return [str(p) for p in (catalog.prechecks.get("interface") or {}).get("refused") or []]
 
@@ -43,7 +44,6 @@ def spans_hosts(services) -> bool:
 
 def is_worker(svc) -> bool:
     """Engine workers (not the discovery store, not a front door: start order below 50)."""
-    from glmops.deployview import ROUTER_ORDER
 
     return svc.role != "store" and svc.start_order < ROUTER_ORDER
 
