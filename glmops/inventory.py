@@ -71,7 +71,7 @@ RUN_VARIABLES = frozenset((
     "glmops_generation_source", "glmops_log_lines", "glmops_log_units", "glmops_overrides",
     "glmops_plan_handoff", "glmops_plan_summary", "glmops_provision", "glmops_provision_fatal", "glmops_provision_hosts",
     "glmops_prune", "glmops_purge_checkpoints", "glmops_record_hosts", "glmops_restart_steps", "glmops_restart_units",
-    "glmops_step",
+    "glmops_step", "glmops_units",
 ))
 # Variables whose value must be the same for every worker host.
 _DEPLOYMENT_WIDE = tuple(VARIABLES)

@@ -91,6 +91,33 @@ def confirm_destructive(what: str, yes: bool) -> None:
     sys.exit(2)
 
 
+def select_services(plan: dict, names: tuple[str, ...]) -> list[dict]:
+    """The Plan's services ``--service NAME ...`` names (a unit name with or without
+    ``.service``; every service without a name), in the Plan's order. An unknown name exits 2
+    naming it and listing the accepted names, before any host is touched."""
+    if not names:
+        return list(plan["services"])
+    wanted = {n if n.endswith(".service") else f"{n}.service" for n in names}
+    units = [s["unit"] for s in plan["services"]]
+    unknown = [n for n in names if (n if n.endswith(".service") else f"{n}.service") not in units]
+    if unknown:
+        make_console(stderr=True).print(
+            f"--service {', '.join(repr(n) for n in unknown)}: not a service of deployment {plan['deployment']} "
+            f"({plan['topology']}); accepted: {', '.join(units)} (with or without .service)",
+            markup=False, soft_wrap=True)
+        sys.exit(2)
+    return [s for s in plan["services"] if s["unit"] in wanted]
+
+
+def selection(plan: dict, names: tuple[str, ...]) -> tuple[dict, list[str] | None]:
+    """(the Plan's view with only the ``--service`` services, ``glmops_units`` for the run: the
+    selected units, None without ``--service``): see :func:`select_services`."""
+    picked = select_services(plan, names)
+    if not names:
+        return plan, None
+    return {**plan, "services": picked}, [s["unit"] for s in picked]
+
+
 def extravars(topology: str | None, **more: Any) -> dict[str, Any]:
     """The run's extra vars: ``more`` without the None ones, and ``glmops_topology``."""
     out = {k: v for k, v in more.items() if v is not None}

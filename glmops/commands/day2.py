@@ -35,7 +35,7 @@ from glmops import generations as G
 from glmops import planning, runner
 from glmops.commands.common import exit_if_plan_refused, load_plan
 from glmops.commands.history import deployment_records, history, read_history  # noqa: F401  (history: the verb table's old home)
-from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.commands.options import INVENTORY, LIMIT, TOPOLOGY
 from glmops.model import ValidationError
 from glmops.output import console as make_console
 
@@ -165,7 +165,8 @@ def _decided(result: runner.RunResult, reports: _Reports) -> dict:
 @click.option("--check", is_flag=True, help="Show which units change and the steps; change nothing.")
 @click.option("--drain-timeout", default=120, show_default=True, type=click.IntRange(0, 3600),
               help="Seconds to wait for a worker's requests to finish after it left the router.")
-def upgrade(inventory, topology, sets, check, drain_timeout):
+@LIMIT
+def upgrade(inventory, topology, sets, check, drain_timeout, limit):
     """Roll a changed engine version, image or setting out one replica at a time, each
     gated on readiness and a one-token request; stop at the first failure."""
     console = make_console()
@@ -186,7 +187,7 @@ def upgrade(inventory, topology, sets, check, drain_timeout):
     if topology:
         extra["glmops_topology"] = topology
     reports = _Reports(console, "upgrade")
-    result = runner.run("upgrade", "upgrade.yml", inventory, extra, console=console, planned=planned,
+    result = runner.run("upgrade", "upgrade.yml", inventory, extra, limit=limit, console=console, planned=planned,
                         on_event=reports)
     up = _decided(result, reports)
     if not up["act"]:
@@ -261,7 +262,8 @@ def _planned_with_sets(inventory: str, topology: str | None, sets: tuple[str, ..
 @click.option("--check", is_flag=True, help="Show which units change and the steps; change nothing.")
 @click.option("--drain-timeout", default=120, show_default=True, type=click.IntRange(0, 3600),
               help="Seconds to wait for a worker's requests to finish after it left the router.")
-def rollback(inventory, topology, to, check, drain_timeout):
+@LIMIT
+def rollback(inventory, topology, to, check, drain_timeout, limit):
     """Put the previous (or --to N) generation's units and files back byte for byte, one
     replica at a time, each gated on readiness; then it is the current generation."""
     console = make_console()
@@ -277,7 +279,7 @@ def rollback(inventory, topology, to, check, drain_timeout):
     extra = {"glmops_day2": {"to": to, "drain_timeout_s": drain_timeout},
              "glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir}
     reports = _Reports(console, "rollback")
-    result = runner.run("rollback", "rollback.yml", inventory, extra, console=console, on_event=reports)
+    result = runner.run("rollback", "rollback.yml", inventory, extra, limit=limit, console=console, on_event=reports)
     rb = _decided(result, reports)
     number = rb["number"]
     if result.ok:

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.commands.options import INVENTORY, LIMIT, TOPOLOGY
 from glmops.deploystate import records_dir
 from glmops.inventory import load_deployment
 from glmops.model import Problem, ValidationError
@@ -48,7 +48,7 @@ def deployment_records(inventory: str, topology: str | None) -> tuple[str, list[
     return f"{records_dir(dep.state_dir, dep.name)}/generations", hosts, dep.name
 
 
-def read_history(inventory: str, topology: str | None, console: Console | None = None
+def read_history(inventory: str, topology: str | None, console: Console | None = None, limit: str | None = None
                  ) -> tuple[dict[str, dict[str, Any]], runner.RunResult, str, list[str]]:
     """host -> {"generations": [manifest], "current": N|None}, the run, the dir, the hosts."""
     gen_dir, hosts, _ = deployment_records(inventory, topology)
@@ -66,7 +66,7 @@ def read_history(inventory: str, topology: str | None, console: Console | None =
 
     result = runner.run("history", "history.yml", inventory,
                         {"glmops_day2_hosts": ",".join(hosts), "glmops_generation_dir": gen_dir},
-                        console=console or make_console(stderr=True), quiet=True, on_event=on_event)
+                        limit=limit, console=console or make_console(stderr=True), quiet=True, on_event=on_event)
     return {h: got.get(h, {"generations": [], "current": None}) for h in hosts}, result, gen_dir, hosts
 
 
@@ -75,10 +75,11 @@ def read_history(inventory: str, topology: str | None, console: Console | None =
 @INVENTORY
 @TOPOLOGY
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: per host its generations and the current one.")
-def history(inventory, topology, as_json):
+@LIMIT
+def history(inventory, topology, as_json, limit):
     """List the generations recorded on every host (newest last; * = current)."""
     console = make_console()
-    hist, result, gen_dir, _ = read_history(inventory, topology)
+    hist, result, gen_dir, _ = read_history(inventory, topology, limit=limit)
     if as_json:
         click.echo(json.dumps({"dir": gen_dir, "hosts": hist, "failures": result.failures}, indent=2))
         sys.exit(0 if result.ok else 1)

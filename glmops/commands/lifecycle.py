@@ -11,8 +11,8 @@ import click
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import confirm_destructive, extravars, finish, load_deployed_plan
-from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.commands.common import confirm_destructive, extravars, finish, load_deployed_plan, selection
+from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY, YES
 from glmops.output import console as make_console
 
 #: the event key of a rolling restart's step report (playbooks/tasks/restart_step.yml)
@@ -25,19 +25,25 @@ RESTART_STEP = "restart_step"
 @TOPOLOGY
 @click.option("--rolling", is_flag=True,
               help="One replica (agg) or pool (disagg) at a time, waiting for readiness in between.")
-def restart(inventory, topology, rolling):
+@SERVICE
+@LIMIT
+@YES
+def restart(inventory, topology, rolling, services, limit, yes):
     """Restart the services: workers (gated), then the router (--rolling: one step at a time in
-    one run). Without --topology: the topology recorded on the hosts by the last deploy."""
+    one run). Without --rolling the endpoint is down meanwhile: it asks first (--yes: don't).
+    Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
-    planned, topology = load_deployed_plan(inventory, topology)
-    plan = planned.view()
     if not rolling:
-        result = runner.run("restart", "restart.yml", inventory, extravars(topology), console=console,
-                            planned=planned)
+        confirm_destructive("restart takes the endpoint down until the services serve again", yes)
+    planned, topology = load_deployed_plan(inventory, topology)
+    plan, units = selection(planned.view(), services)
+    if not rolling:
+        result = runner.run("restart", "restart.yml", inventory, extravars(topology, glmops_units=units),
+                            limit=limit, console=console, planned=planned)
         finish(result, plan, console)
     # one run: restart.yml restarts one step at a time, each gated before the next (its first
     # task per step reports glmops_event restart_step, printed here as the step's line)
-    steps = [{"name": name, "units": units, "bundle": _bundle(name)} for name, units in rolling_steps(plan)]
+    steps = [{"name": name, "units": step_units, "bundle": _bundle(name)} for name, step_units in rolling_steps(plan)]
 
     def on_event(event: dict) -> None:
         data = event.get("event_data") or {}
@@ -45,8 +51,9 @@ def restart(inventory, topology, rolling):
             step = runner.reported(data)
             console.print(f"{runner.stamp()} [bold]restart step[/bold] {step['step']}: {', '.join(step['units'])}")
 
-    result = runner.run("restart", "restart.yml", inventory, extravars(topology, glmops_restart_steps=steps),
-                        console=console, planned=planned, on_event=on_event)
+    result = runner.run("restart", "restart.yml", inventory,
+                        extravars(topology, glmops_restart_steps=steps, glmops_units=units),
+                        limit=limit, console=console, planned=planned, on_event=on_event)
     finish(result, plan, console)
 
 
@@ -77,22 +84,30 @@ def rolling_steps(plan: dict) -> list[tuple[str, list[str]]]:
 @ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
-def stop(inventory, topology):
-    """Stop the router, then the workers (units and files stay). Without --topology: the
-    topology recorded on the hosts by the last deploy."""
+@SERVICE
+@LIMIT
+@YES
+def stop(inventory, topology, services, limit, yes):
+    """Stop the router, then the workers (units and files stay): the endpoint is down, so it
+    asks first (--yes: don't). Without --topology: the topology recorded on the hosts by the
+    last deploy."""
     console = make_console()
+    confirm_destructive("stop takes the endpoint down (`glmops serve` or `deploy` starts it again)", yes)
     planned, topology = load_deployed_plan(inventory, topology)
-    result = runner.run("stop", "stop.yml", inventory, extravars(topology), console=console, planned=planned)
-    finish(result, planned.view(), console)
+    plan, units = selection(planned.view(), services)
+    result = runner.run("stop", "stop.yml", inventory, extravars(topology, glmops_units=units), limit=limit,
+                        console=console, planned=planned)
+    finish(result, plan, console)
 
 
 @click.command("destroy")
 @ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
-@click.option("--yes", is_flag=True, help="Remove without asking (needed where there is no terminal to ask on).")
+@YES
 @click.option("--purge-checkpoints", is_flag=True, help="Also delete the downloaded checkpoint.")
-def destroy(inventory, topology, yes, purge_checkpoints):
+@LIMIT
+def destroy(inventory, topology, yes, purge_checkpoints, limit):
     """Stop and remove every unit, env and config file of the deployment (checkpoints
     stay unless --purge-checkpoints). Without --topology: the topology recorded on the
     hosts by the last deploy."""
@@ -102,8 +117,8 @@ def destroy(inventory, topology, yes, purge_checkpoints):
     planned, topology = load_deployed_plan(inventory, topology)
     plan = planned.view()
     result = runner.run("destroy", "destroy.yml", inventory,
-                        extravars(topology, glmops_purge_checkpoints=purge_checkpoints), console=console,
-                        planned=planned)
+                        extravars(topology, glmops_purge_checkpoints=purge_checkpoints), limit=limit,
+                        console=console, planned=planned)
     for svc in plan["services"]:
         if svc["role"] == "store" and result.ok:  # the units are gone; the store's data is not
             console.print(f"kept on {svc['host']}: {svc['name']}'s data under {plan['state_dir']}/{plan['deployment']}/ "

@@ -1,5 +1,5 @@
 """The click options the verbs share, in one place: ``-i/--inventory``, ``--topology``,
-``--limit``. A verb takes them as decorators (``@INVENTORY``); flags every inventory-reading
+``--limit``, ``--service``, ``--yes``. A verb takes them as decorators (``@INVENTORY``); flags every inventory-reading
 verb shares (vault, extra vars) belong here too, so each verb lists them once."""
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ INVENTORY = click.option("-i", "--inventory", required=True, type=click.Path(exi
 TOPOLOGY = click.option("--topology", type=click.Choice(["agg", "disagg"]), default=None,
                         help="Override the inventory's glmops_topology.")
 LIMIT = click.option("--limit", default=None, help="Ansible --limit pattern.")
+SERVICE = click.option("--service", "services", multiple=True, metavar="NAME",
+                       help="Only this service: its unit name as `glmops plan`/`status` list it, with or without "
+                            ".service (repeatable; default every service).")
+YES = click.option("--yes", is_flag=True, help="Go on without asking (needed where there is no terminal to ask on).")
 STRICT = click.option("--strict", is_flag=True, default=False,
                       help="Refuse warnings too (deviations from a seed's recipe): exit 2.")
 

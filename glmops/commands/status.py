@@ -18,8 +18,8 @@ from rich.table import Table
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import extravars, load_deployed_plan
-from glmops.commands.options import INVENTORY, TOPOLOGY
+from glmops.commands.common import extravars, load_deployed_plan, selection
+from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY
 from glmops.engines import registry
 from glmops.monitoring import read_live
 from glmops.output import console as make_console
@@ -31,15 +31,19 @@ from glmops.ssh import ssh_command
 @INVENTORY
 @TOPOLOGY
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per service).")
-def status(inventory, topology, as_json):
+@SERVICE
+@LIMIT
+def status(inventory, topology, as_json, services, limit):
     """Per service: unit state, health, uptime, GPUs and URL. Exit 1 unless all serve.
     Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
     planned, topology = load_deployed_plan(inventory, topology)
-    plan = planned.view()
-    result = runner.run("status", "status.yml", inventory, extravars(topology),
+    plan, units = selection(planned.view(), services)
+    result = runner.run("status", "status.yml", inventory, extravars(topology, glmops_units=units), limit=limit,
                         console=make_console(stderr=True), quiet=True, planned=planned)
     rows = status_rows(plan, result)
+    if limit:  # only the hosts the --limit pattern kept (a host left out has no result)
+        rows = [r for r in rows if r["host"] in result.hosts]
     add_live_numbers(rows, plan)
     if as_json:
         click.echo(json.dumps({"endpoint": plan["endpoint_url"], "services": rows,
@@ -162,17 +166,20 @@ def _select(plan: dict, service: str | None) -> list[dict]:
 @click.argument("service", required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (ssh + journalctl -f).")
 @click.option("-n", "--lines", default=100, show_default=True, type=click.IntRange(1, 100000))
-def logs(inventory, topology, service, follow, lines):
-    """Journal lines of SERVICE (a service or unit name, a role or a host; default all).
-    Without --topology: the topology recorded on the hosts by the last deploy."""
+@SERVICE
+@LIMIT
+def logs(inventory, topology, service, follow, lines, services, limit):
+    """Journal lines of SERVICE (a service or unit name, a role or a host; default all) and of
+    the --service units. Without --topology: the topology recorded on the hosts by the last deploy."""
     planned, topology = load_deployed_plan(inventory, topology)
-    picked = _select(planned.view(), service)
+    plan, _ = selection(planned.view(), services)
+    picked = _select(plan, service)
     if follow:
         sys.exit(_follow(inventory, picked, lines))
     console = make_console()
     result = runner.run("logs", "logs.yml", inventory,
                         extravars(topology, glmops_log_units=[s["unit"] for s in picked], glmops_log_lines=lines),
-                        console=make_console(stderr=True), quiet=True, planned=planned)
+                        limit=limit, console=make_console(stderr=True), quiet=True, planned=planned)
     for out in result.outputs:
         if console.is_terminal:
             console.rule(out["host"])

@@ -420,7 +420,7 @@ def test_prometheus_scrapes_the_workers_and_the_router(inventory, deployed, runs
 
 
 def test_stop_then_destroy_keeps_the_checkpoint(lab, inventory, deployed):
-    proc = D.glmops("stop", "-i", str(inventory), "--topology", "agg")
+    proc = D.glmops("stop", "-i", str(inventory), "--topology", "agg", "--yes")
     assert proc.returncode == 0, proc.stdout[-3000:]
     for host, unit in {"lab-1": "glm-lab-agg-0.service", "lab-2": "glm-lab-agg-1.service",
                        "lab-3": "glm-lab-router.service"}.items():

@@ -170,7 +170,8 @@ def test_other_day2_verbs_act_on_the_deployed_topology(tmp_path, monkeypatch, ve
     for h in HOSTS:
         _record(tmp_path / h, 1, agg, h)
     calls = _fake_hosts(monkeypatch, tmp_path, {})
-    res = CliRunner().invoke(main, [verb, "-i", str(LAB_INV), *(["--yes"] if verb == "destroy" else [])])
+    yes = ["--yes"] if verb in ("destroy", "stop", "restart") else []  # the endpoint goes down: no terminal to ask on
+    res = CliRunner().invoke(main, [verb, "-i", str(LAB_INV), *yes])
     assert calls[0][0] == "history.yml", res.output
     assert calls[1][0] == f"{verb}.yml" and calls[1][1]["glmops_topology"] == "agg", calls
     if verb == "logs":  # the units asked for are the deployed ones
