@@ -145,7 +145,8 @@ def test_collection_roles_run_by_fqcn_without_the_glmops_package(tmp_path):
         "tasks": [
             {"name": "Driver role, values glmops' catalog would give", "ansible.builtin.include_role": {
                 "name": "glmops.glmops.nvidia_driver"},
-             "vars": {"nvidia_driver_min_branch": "575", "nvidia_driver_enabled": False,
+             "vars": {"nvidia_driver_planned_branch": "575", "nvidia_driver_version": "575.57.08",
+                          "nvidia_driver_enabled": False,
                       "nvidia_driver_hw": {"vendor": "nvidia", "nvswitch": True, "arch_family": "blackwell"}}},
             {"name": "Toolkit role", "ansible.builtin.include_role": {"name": "glmops.glmops.container_toolkit"},
              "vars": {"container_toolkit_enabled": False}},
@@ -160,7 +161,7 @@ def test_collection_roles_run_by_fqcn_without_the_glmops_package(tmp_path):
     proc = _run([*playbook, "--check"], cwd=tmp_path, env=env)
     assert '{\\"nvidia-driver-575\\": \\"575.57.08\\"}' in proc.stdout or '{"nvidia-driver-575": "575.57.08"}' in proc.stdout, \
         proc.stdout
-    assert "glmops Python package is not importable" in proc.stdout and "nvidia_driver_min_branch" in proc.stdout
+    assert "glmops Python package is not importable" in proc.stdout and "nvidia_driver_planned_branch" in proc.stdout
     assert "failed=0" in proc.stdout and "ignored=1" in proc.stdout, proc.stdout[-2000:]
 
 

@@ -29,8 +29,8 @@ class LookupModule(LookupBase):
         except ImportError as exc:
             raise AnsibleLookupError(
                 f"glmops_catalog: the glmops Python package is not importable here ({exc}): install it on the "
-                "controller (pip install glmops), or set the values this lookup supplies: nvidia_driver_min_branch and "
-                "nvidia_driver_hw (or nvidia_driver_enabled/_fabricmanager/_nvlsm), container_toolkit_enabled") from None
+                "controller (pip install glmops), or set the values this lookup supplies: nvidia_driver_planned_branch, "
+                "nvidia_driver_version and nvidia_driver_hw (or nvidia_driver_enabled/_fabricmanager/_nvlsm), container_toolkit_enabled") from None
 
         if not terms:
             raise AnsibleLookupError("glmops_catalog: name what to read: driver_min | driver_release BRANCH | hardware KEY")
