@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from glmops import bench as b
 from glmops import planning, render
 from glmops import smoke as sm
 from glmops.model import ValidationError
+from local_http import serve
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-unit-apikey-SECRET-7a1c9e0b42"
@@ -130,11 +130,9 @@ class _Auth(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Auth)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     _Auth.seen = []
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    with serve(_Auth) as url:
+        yield url
 
 
 @pytest.fixture

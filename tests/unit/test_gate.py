@@ -12,13 +12,13 @@ from __future__ import annotations
 import http.server
 import importlib.util
 import json
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from glmops import runner
+from local_http import serve
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,10 +55,8 @@ class _Health(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def health():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/health"
-    srv.shutdown()
+    with serve(_Health) as url:
+        yield f"{url}/health"
 
 
 def _ready(hc, capsys, *args) -> tuple[int, dict]:
