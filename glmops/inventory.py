@@ -67,10 +67,12 @@ ROUTERS_GROUP = "glmops_routers"
 #: run controls glmops' own verbs pass to the playbooks as extra vars (glmops.commands, glmops.runner):
 #: not inventory variables, so never reported as unknown ones
 RUN_VARIABLES = frozenset((
-    "glmops_day2", "glmops_day2_hosts", "glmops_departed", "glmops_fast", "glmops_generation_dir", "glmops_generation_record",
+    "glmops_day2", "glmops_day2_hosts", "glmops_departed", "glmops_deployed_read", "glmops_fast",
+    "glmops_generation_dir", "glmops_generation_record",
     "glmops_generation_source", "glmops_log_lines", "glmops_log_units", "glmops_overrides",
     "glmops_plan_handoff", "glmops_plan_summary", "glmops_provision", "glmops_provision_fatal", "glmops_provision_hosts",
     "glmops_prune", "glmops_purge_checkpoints", "glmops_record_hosts", "glmops_restart_steps", "glmops_restart_units",
+    "glmops_run_choices",
     "glmops_step", "glmops_units",
 ))
 # Variables whose value must be the same for every worker host.

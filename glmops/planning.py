@@ -285,12 +285,23 @@ def inputs_digest(inventory: str, overrides: dict[str, Any] | None,
     return h.hexdigest()
 
 
-def handoff(planned: Planned, run_extravars: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the CLI hands its run's plan play (secrets inside: write it 0600, outside artifacts);
-    ``run_extravars``: the extra vars the runner adds to the run's ``-e``."""
-    return {"version": HANDOFF_VERSION, "digest": planned.digest(run_extravars), "topology": planned.plan.topology,
-            "plan": planned.view(),
+def _handed(planned: Planned) -> dict[str, Any]:
+    return {"topology": planned.plan.topology, "plan": planned.view(),
             "precheck_needs": planned.precheck_needs(), "smoke_target": asdict(planned.smoke_target())}
+
+
+def handoff(planned: Planned, run_extravars: dict[str, Any] | None = None,
+            alternatives: tuple[Planned, ...] | list[Planned] = ()) -> dict[str, Any]:
+    """What the CLI hands its run's plan play (secrets inside: write it 0600, outside artifacts);
+    ``run_extravars``: the extra vars the runner adds to the run's ``-e``. ``alternatives``: Plans
+    of the same inputs for other topologies (``{topology: {topology, plan, precheck_needs,
+    smoke_target}}`` under ``alternatives``), for a run whose plan play chooses the topology
+    from what the hosts record (``glmops_topology_from_hosts``, see :func:`take_handoff`)."""
+    doc = {"version": HANDOFF_VERSION, "digest": planned.digest(run_extravars), **_handed(planned)}
+    alts = {p.plan.topology: _handed(p) for p in alternatives if p.plan.topology != planned.plan.topology}
+    if alts:
+        doc["alternatives"] = alts
+    return doc
 
 
 class _Refused(Exception):
@@ -303,15 +314,16 @@ def _write_private(path: str, data: bytes) -> None:
         fh.write(data)
 
 
-def write_handoff(directory: str, planned: Planned, run_extravars: dict[str, Any] | None = None) -> tuple[str, str]:
-    """Write ``planned``'s :func:`handoff` into ``directory`` (a private 0700 directory of this
+def write_handoff(directory: str, planned: Planned, run_extravars: dict[str, Any] | None = None,
+                  alternatives: tuple[Planned, ...] | list[Planned] = ()) -> tuple[str, str]:
+    """Write ``planned``'s :func:`handoff` (with its ``alternatives``) into ``directory`` (a private 0700 directory of this
     user) as ``plan.json``, authenticated: a new random key in the 0600 file ``plan.key`` and
     the HMAC-SHA256 of the content in the file's first line. Returns (handoff path, key path);
     the run gets the first as ``glmops_plan_handoff`` and the second in :data:`KEY_ENV`."""
     key = secrets.token_bytes(32)
     key_path = os.path.join(directory, "plan.key")
     _write_private(key_path, key.hex().encode())
-    payload = json.dumps(handoff(planned, run_extravars)).encode()
+    payload = json.dumps(handoff(planned, run_extravars, alternatives)).encode()
     mac = hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
     path = os.path.join(directory, "plan.json")
     _write_private(path, _MAGIC + mac + b"\n" + payload)
@@ -384,6 +396,15 @@ def _shape_problem(doc: Any) -> str:
         return "precheck_needs is not a mapping of host to needs"
     if doc.get("smoke_target") is not None and not isinstance(doc["smoke_target"], dict):
         return "smoke_target is not a mapping"
+    alts = doc.get("alternatives", {})
+    if not isinstance(alts, dict):
+        return "alternatives is not a mapping"
+    for top, alt in alts.items():
+        if not isinstance(alt, dict) or alt.get("topology") != top:
+            return f"alternatives.{top} is not a Plan of topology {top}"
+        problem = _shape_problem({**alt, "version": doc["version"], "digest": doc["digest"]})
+        if problem:
+            return f"alternatives.{top}: {problem}"
     return ""
 
 
@@ -420,7 +441,7 @@ def take_handoff(path: str | None, inventory: str, topology: str | None,
     handoff of this run (see the module docstring) planned from what ``inventory``,
     ``overrides`` and the run's ``-e`` values ``extra_vars`` (:func:`play_extra_vars`) are now
     (same :func:`inputs_digest`) for ``topology`` (None: the inventory's, which the digest
-    covers; else the Plan's topology must be it); else None (the caller plans), after calling
+    covers; else the Plan's topology or one of its ``alternatives`` must be it); else None (the caller plans), after calling
     ``say`` (when given, and a ``path`` was) with one line saying why. Never raises for a bad
     handoff."""
     if not path:
@@ -430,7 +451,9 @@ def take_handoff(path: str | None, inventory: str, topology: str | None,
         if doc["digest"] != inputs_digest(inventory, overrides or None, extra_vars):
             raise _Refused("it was planned from other inputs (inventory, catalog, overrides or -e changed)")
         if topology and topology != doc["topology"]:
-            raise _Refused(f"it was planned for topology {doc['topology']!r}, this run is {topology!r}")
+            if topology not in doc.get("alternatives", {}):
+                raise _Refused(f"it was planned for topology {doc['topology']!r}, this run is {topology!r}")
+            doc = doc["alternatives"][topology]
     except _Refused as exc:
         if say is not None:
             say(f"glmops: not using the plan handoff {path}: {exc}; planning here")

@@ -191,13 +191,15 @@ def run(
     quiet: bool = False,
     on_event: Callable[[dict], None] | None = None,
     planned: planning.Planned | None = None,
+    alternatives: tuple[planning.Planned, ...] | list[planning.Planned] = (),
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return what happened.
 
     ``extravars`` must hold no secret (they are written into the run dir).
     ``check``/``diff``/``limit`` map to ``--check``/``--diff``/``--limit``.
     ``planned``: the Plan the verb built for this run, handed to the plan play (see the
-    module docstring).
+    module docstring); ``alternatives``: its Plans for other topologies, handed with it for a
+    run whose plan play chooses the topology the hosts record (``glmops_deployed_read``).
     """
     planning.refuse_run_variables()  # ValidationError (exit 2): -e may not set glmops_plan_handoff, ...
     check_run_target(inventory, limit)  # ValidationError (exit 2) before any host: no hosts, bad --limit
@@ -223,7 +225,7 @@ def run(
     env = _runner_env()
     started = time.monotonic()
     extra = {**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)}
-    with _secrets_out_of_environ(), _handoff(planned, extra) as handoff:
+    with _secrets_out_of_environ(), _handoff(planned, extra, alternatives) as handoff:
         # the handoff's path, and its key file's in the environment (never an inherited one)
         env[planning.KEY_ENV] = ""
         if handoff:
@@ -283,7 +285,8 @@ def _ended(result: RunResult, r: Any, rundir: Path) -> None:
 
 
 @contextlib.contextmanager
-def _handoff(planned: planning.Planned | None, run_extravars: dict[str, Any] | None = None):
+def _handoff(planned: planning.Planned | None, run_extravars: dict[str, Any] | None = None,
+             alternatives: tuple[planning.Planned, ...] | list[planning.Planned] = ()):
     """(handoff path, key path) of ``planned``'s authenticated handoff
     (:func:`glmops.planning.write_handoff`: env files, so secrets; its digest covers
     ``run_extravars``, the run's own extra vars, as the plan play sees them): 0600 files in a
@@ -295,7 +298,7 @@ def _handoff(planned: planning.Planned | None, run_extravars: dict[str, Any] | N
     tdir = tempfile.mkdtemp(prefix="glmops-plan-")
     try:
         os.chmod(tdir, 0o700)
-        yield planning.write_handoff(tdir, planned, run_extravars)
+        yield planning.write_handoff(tdir, planned, run_extravars, alternatives)
     finally:
         shutil.rmtree(tdir, ignore_errors=True)
 

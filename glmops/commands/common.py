@@ -1,16 +1,18 @@
 """What the verbs that run a playbook share: the plan on the controller (:func:`load_plan`,
-through :func:`glmops.planning.load`, exit 2 with every problem before any host), the
-topology the hosts record (:func:`deployed_topology`), extra vars and the run's end.
+through :func:`glmops.planning.load`, exit 2 with every problem before any host), a day-2
+verb's one run on the topology the hosts record (:func:`day2_run`; :func:`deployed_topology`
+for the verbs that read it without a playbook run of their own), extra vars and the run's end.
 
 No verb is defined here, and this module imports no verb module (verbs import it)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from glmops import generations as G
 from glmops import planning, runner
-from glmops.commands.history import read_history
+from glmops.commands.history import deployment_records, read_history
 from glmops.commands.options import print_warnings
 from glmops.model import ValidationError
 from glmops.output import console as make_console
@@ -91,22 +93,40 @@ def confirm_destructive(what: str, yes: bool) -> None:
     sys.exit(2)
 
 
-def select_services(plan: dict, names: tuple[str, ...]) -> list[dict]:
+class Unselected(Exception):
+    """A ``--service`` (or ``logs`` SERVICE) selection names nothing of a Plan; its one-line
+    message names what was asked and what is accepted."""
+
+
+def pick_services(plan: dict, names: tuple[str, ...]) -> list[dict]:
     """The Plan's services ``--service NAME ...`` names (a unit name with or without
-    ``.service``; every service without a name), in the Plan's order. An unknown name exits 2
-    naming it and listing the accepted names, before any host is touched."""
+    ``.service``; every service without a name), in the Plan's order; :class:`Unselected`
+    naming each unknown name and listing the accepted ones."""
     if not names:
         return list(plan["services"])
     wanted = {n if n.endswith(".service") else f"{n}.service" for n in names}
     units = [s["unit"] for s in plan["services"]]
     unknown = [n for n in names if (n if n.endswith(".service") else f"{n}.service") not in units]
     if unknown:
-        make_console(stderr=True).print(
+        raise Unselected(
             f"--service {', '.join(repr(n) for n in unknown)}: not a service of deployment {plan['deployment']} "
-            f"({plan['topology']}); accepted: {', '.join(units)} (with or without .service)",
-            markup=False, soft_wrap=True)
-        sys.exit(2)
+            f"({plan['topology']}); accepted: {', '.join(units)} (with or without .service)")
     return [s for s in plan["services"] if s["unit"] in wanted]
+
+
+def exit_unselected(exc: Unselected) -> None:
+    """Print the selection's problem and exit 2 (before any host is touched)."""
+    make_console(stderr=True).print(str(exc), markup=False, soft_wrap=True)
+    sys.exit(2)
+
+
+def select_services(plan: dict, names: tuple[str, ...]) -> list[dict]:
+    """:func:`pick_services`, or exit 2 printing why (before any host is touched)."""
+    try:
+        return pick_services(plan, names)
+    except Unselected as exc:
+        exit_unselected(exc)
+        raise  # unreachable: exit_unselected exits
 
 
 def selection(plan: dict, names: tuple[str, ...]) -> tuple[dict, list[str] | None]:
@@ -116,6 +136,74 @@ def selection(plan: dict, names: tuple[str, ...]) -> tuple[dict, list[str] | Non
     if not names:
         return plan, None
     return {**plan, "services": picked}, [s["unit"] for s in picked]
+
+
+#: what a day-2 run's selection may set (playbooks/plays/plan.yml takes each from the chosen
+#: topology's choice): ``glmops_units`` [] = every unit
+RUN_CHOICE_KEYS = {"glmops_units": [], "glmops_log_units": None, "glmops_restart_steps": None}
+
+
+@dataclass
+class Day2Run:
+    """What a day-2 verb hands its one run: ``planned`` (the ``--topology`` Plan, else the
+    inventory's default), ``alternatives`` (without ``--topology``: the Plans of the other
+    topologies the inventory plans), ``extravars``. Without ``--topology`` the run's plan play
+    reads the hosts' records first and acts on the topology they record
+    (``glmops_deployed_read``, ``glmops_run_choices``: playbooks/plays/plan.yml); :meth:`chosen`
+    then says which Plan that was."""
+
+    planned: planning.Planned
+    alternatives: list[planning.Planned] = field(default_factory=list)
+    extravars: dict[str, Any] = field(default_factory=dict)
+
+    def chosen(self, result: runner.RunResult) -> planning.Planned:
+        """The Plan of the topology the run acted on (its plan play's summary), printing the
+        line that says why on stderr when there is one; ``planned`` when the run did not plan."""
+        summary = result.plan or {}
+        if summary.get("topology_line"):
+            make_console(stderr=True, highlight=False).print(summary["topology_line"], markup=False, soft_wrap=True)
+        for candidate in (self.planned, *self.alternatives):
+            if candidate.plan.topology == summary.get("topology"):
+                return candidate
+        return self.planned
+
+
+def day2_run(inventory: str, topology: str | None, choose: Callable[[dict], dict[str, Any]] | None = None,
+             **fixed: Any) -> Day2Run:
+    """The :class:`Day2Run` of a day-2 verb: ``choose(view)`` -> the run's selection variables
+    for one topology's plan view (keys of :data:`RUN_CHOICE_KEYS`; raises :class:`Unselected`
+    when the selection names nothing of it); ``fixed``: extra vars for any topology (None ones
+    dropped). Bad input exits 2 before any host: the inventory's problems
+    (:func:`load_plan`), or a selection no plannable topology accepts (the default's message).
+    Plans every topology the inventory plans (on the controller, no host), so the run needs
+    no second read of the hosts."""
+    choose = choose or (lambda view: {})
+    planned = load_plan(inventory, topology)
+    if topology:
+        try:
+            picked = choose(planned.view())
+        except Unselected as exc:
+            exit_unselected(exc)
+        return Day2Run(planned, [], extravars(topology, **fixed, **picked))
+    alternatives = []
+    for other in G.TOPOLOGIES:
+        if other != planned.plan.topology:
+            try:
+                alternatives.append(planning.load(inventory, other))
+            except ValidationError:  # this inventory does not plan it: the hosts cannot record it either
+                continue
+    choices, refused = {}, []
+    for candidate in (planned, *alternatives):
+        try:
+            picked = {k: v for k, v in choose(candidate.view()).items() if v is not None}
+            choices[candidate.plan.topology] = {**RUN_CHOICE_KEYS, **picked}
+        except Unselected as exc:
+            refused.append(exc)
+    if not choices:
+        exit_unselected(refused[0])
+    gen_dir, hosts, _ = deployment_records(inventory, None)
+    read = {"hosts": ",".join(hosts), "generation_dir": gen_dir, "default_topology": planned.plan.topology}
+    return Day2Run(planned, alternatives, extravars(None, **fixed, glmops_deployed_read=read, glmops_run_choices=choices))
 
 
 def extravars(topology: str | None, **more: Any) -> dict[str, Any]:

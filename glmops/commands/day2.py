@@ -131,9 +131,10 @@ def _not_ready(result: runner.RunResult, reports: _Reports | None = None) -> lis
     return units or [f.splitlines()[0][:300] for f in result.failures]
 
 
-def _read_or_exit(inventory: str, topology: str | None) -> dict:
-    """``glmops upgrade|rollback --check``: the generations (``glmops history``'s one run), or exit 1."""
-    hist, result, _, _ = read_history(inventory, topology)
+def _read_or_exit(inventory: str, topology: str | None, limit: str | None = None) -> dict:
+    """``glmops upgrade|rollback --check``: the generations (``glmops history``'s one run, within
+    ``--limit`` as the real run's read is), or exit 1."""
+    hist, result, _, _ = read_history(inventory, topology, limit=limit)
     if not result.ok:
         _err("cannot read the generations:\n" + "\n".join(result.failures))
         sys.exit(1)
@@ -173,7 +174,7 @@ def upgrade(inventory, topology, sets, check, drain_timeout, limit):
     planned, overrides = _planned_with_sets(inventory, topology, sets)
     plan = planned.view()
     if check:
-        up = G.upgrade_plan(_read_or_exit(inventory, topology), plan, inventory, drain_timeout)
+        up = G.upgrade_plan(_read_or_exit(inventory, topology, limit), plan, inventory, drain_timeout)
         if up["refuse"]:
             _err(up["refuse"])
             sys.exit(2)
@@ -268,7 +269,7 @@ def rollback(inventory, topology, to, check, drain_timeout, limit):
     replica at a time, each gated on readiness; then it is the current generation."""
     console = make_console()
     if check:
-        rb = G.rollback_plan(_read_or_exit(inventory, topology), to, drain_timeout)
+        rb = G.rollback_plan(_read_or_exit(inventory, topology, limit), to, drain_timeout)
         for p in rb["refuse"]:
             _err(p)
         if rb["refuse"]:

@@ -11,7 +11,7 @@ import click
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import confirm_destructive, extravars, finish, load_deployed_plan, selection
+from glmops.commands.common import confirm_destructive, day2_run, finish, pick_services, selection
 from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY, YES
 from glmops.output import console as make_console
 
@@ -35,25 +35,27 @@ def restart(inventory, topology, rolling, services, limit, yes):
     console = make_console()
     if not rolling:
         confirm_destructive("restart takes the endpoint down until the services serve again", yes)
-    planned, topology = load_deployed_plan(inventory, topology)
-    plan, units = selection(planned.view(), services)
-    if not rolling:
-        result = runner.run("restart", "restart.yml", inventory, extravars(topology, glmops_units=units),
-                            limit=limit, console=console, planned=planned)
-        finish(result, plan, console)
-    # one run: restart.yml restarts one step at a time, each gated before the next (its first
-    # task per step reports glmops_event restart_step, printed here as the step's line)
-    steps = [{"name": name, "units": step_units, "bundle": _bundle(name)} for name, step_units in rolling_steps(plan)]
 
-    def on_event(event: dict) -> None:
+    def choose(view: dict) -> dict:  # this topology's units (--service) and, --rolling, its steps
+        units = [s["unit"] for s in pick_services(view, services)] if services else None
+        if not rolling:
+            return {"glmops_units": units}
+        # one run: restart.yml restarts one step at a time, each gated before the next
+        picked = {**view, "services": pick_services(view, services)}
+        return {"glmops_units": units, "glmops_restart_steps": [
+            {"name": name, "units": step_units, "bundle": _bundle(name)} for name, step_units in rolling_steps(picked)]}
+
+    run = day2_run(inventory, topology, choose)
+
+    def on_event(event: dict) -> None:  # a rolling step's first task reports glmops_event restart_step
         data = event.get("event_data") or {}
         if event.get("event") == "runner_on_ok" and runner.event_of(data) == RESTART_STEP:
             step = runner.reported(data)
             console.print(f"{runner.stamp()} [bold]restart step[/bold] {step['step']}: {', '.join(step['units'])}")
 
-    result = runner.run("restart", "restart.yml", inventory,
-                        extravars(topology, glmops_restart_steps=steps, glmops_units=units),
-                        limit=limit, console=console, planned=planned, on_event=on_event)
+    result = runner.run("restart", "restart.yml", inventory, run.extravars, limit=limit, console=console,
+                        planned=run.planned, alternatives=run.alternatives, on_event=on_event)
+    plan, _ = selection(run.chosen(result).view(), services)
     finish(result, plan, console)
 
 
@@ -93,10 +95,11 @@ def stop(inventory, topology, services, limit, yes):
     last deploy."""
     console = make_console()
     confirm_destructive("stop takes the endpoint down (`glmops serve` or `deploy` starts it again)", yes)
-    planned, topology = load_deployed_plan(inventory, topology)
-    plan, units = selection(planned.view(), services)
-    result = runner.run("stop", "stop.yml", inventory, extravars(topology, glmops_units=units), limit=limit,
-                        console=console, planned=planned)
+    run = day2_run(inventory, topology,
+                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None})
+    result = runner.run("stop", "stop.yml", inventory, run.extravars, limit=limit, console=console,
+                        planned=run.planned, alternatives=run.alternatives)
+    plan, _ = selection(run.chosen(result).view(), services)
     finish(result, plan, console)
 
 
@@ -114,11 +117,10 @@ def destroy(inventory, topology, yes, purge_checkpoints, limit):
     console = make_console()
     confirm_destructive("destroy stops and removes every unit, env and config file of the deployment"
                         + (" and its downloaded checkpoint" if purge_checkpoints else ""), yes)
-    planned, topology = load_deployed_plan(inventory, topology)
-    plan = planned.view()
-    result = runner.run("destroy", "destroy.yml", inventory,
-                        extravars(topology, glmops_purge_checkpoints=purge_checkpoints), limit=limit,
-                        console=console, planned=planned)
+    run = day2_run(inventory, topology, glmops_purge_checkpoints=purge_checkpoints)
+    result = runner.run("destroy", "destroy.yml", inventory, run.extravars, limit=limit,
+                        console=console, planned=run.planned, alternatives=run.alternatives)
+    plan = run.chosen(result).view()
     for svc in plan["services"]:
         if svc["role"] == "store" and result.ok:  # the units are gone; the store's data is not
             console.print(f"kept on {svc['host']}: {svc['name']}'s data under {plan['state_dir']}/{plan['deployment']}/ "

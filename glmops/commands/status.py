@@ -18,7 +18,7 @@ from rich.table import Table
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import extravars, load_deployed_plan, selection
+from glmops.commands.common import Unselected, day2_run, exit_unselected, load_deployed_plan, pick_services, selection
 from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY
 from glmops.engines import registry
 from glmops.monitoring import read_live
@@ -37,10 +37,12 @@ def status(inventory, topology, as_json, services, limit):
     """Per service: unit state, health, uptime, GPUs and URL. Exit 1 unless all serve.
     Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
-    planned, topology = load_deployed_plan(inventory, topology)
-    plan, units = selection(planned.view(), services)
-    result = runner.run("status", "status.yml", inventory, extravars(topology, glmops_units=units), limit=limit,
-                        console=make_console(stderr=True), quiet=True, planned=planned)
+    run = day2_run(inventory, topology,
+                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None})
+    result = runner.run("status", "status.yml", inventory, run.extravars, limit=limit,
+                        console=make_console(stderr=True), quiet=True, planned=run.planned,
+                        alternatives=run.alternatives)
+    plan, _ = selection(run.chosen(result).view(), services)
     rows = status_rows(plan, result)
     if limit:  # only the hosts the --limit pattern kept (a host left out has no result)
         rows = [r for r in rows if r["host"] in result.hosts]
@@ -147,16 +149,21 @@ def _instances(svc: dict) -> dict[str, Any]:
 
 
 def _select(plan: dict, service: str | None) -> list[dict]:
+    """The services ``logs`` SERVICE names (a service or unit name, a role or a host; all
+    without one); :class:`Unselected` naming what is accepted when none."""
     if not service:
         return plan["services"]
     picked = [s for s in plan["services"]
               if service in (s["name"], s["unit"], s["role"], s["host"])]
     if not picked:
         names = ", ".join(s["name"] for s in plan["services"])
-        make_console(stderr=True).print(f"service {service!r} is not in the Plan; accepted: {names}, a role or a host",
-                                        markup=False)
-        sys.exit(2)
+        raise Unselected(f"service {service!r} is not in the Plan; accepted: {names}, a role or a host")
     return picked
+
+
+def _log_units(view: dict, service: str | None, services: tuple[str, ...]) -> list[dict]:
+    """``logs``' services of one topology's plan view: SERVICE among the ``--service`` ones."""
+    return _select({**view, "services": pick_services(view, services)}, service)
 
 
 @click.command("logs")
@@ -171,15 +178,21 @@ def _select(plan: dict, service: str | None) -> list[dict]:
 def logs(inventory, topology, service, follow, lines, services, limit):
     """Journal lines of SERVICE (a service or unit name, a role or a host; default all) and of
     the --service units. Without --topology: the topology recorded on the hosts by the last deploy."""
-    planned, topology = load_deployed_plan(inventory, topology)
-    plan, _ = selection(planned.view(), services)
-    picked = _select(plan, service)
-    if follow:
+    if follow:  # ssh + journalctl -f: the hosts' records are read first (one read-only run)
+        planned, _ = load_deployed_plan(inventory, topology)
+        try:
+            picked = _log_units(planned.view(), service, services)
+        except Unselected as exc:
+            exit_unselected(exc)
         sys.exit(_follow(inventory, picked, lines))
     console = make_console()
-    result = runner.run("logs", "logs.yml", inventory,
-                        extravars(topology, glmops_log_units=[s["unit"] for s in picked], glmops_log_lines=lines),
-                        limit=limit, console=make_console(stderr=True), quiet=True, planned=planned)
+    run = day2_run(inventory, topology,
+                   lambda view: {"glmops_log_units": [s["unit"] for s in _log_units(view, service, services)]},
+                   glmops_log_lines=lines)
+    result = runner.run("logs", "logs.yml", inventory, run.extravars, limit=limit,
+                        console=make_console(stderr=True), quiet=True, planned=run.planned,
+                        alternatives=run.alternatives)
+    run.chosen(result)
     for out in result.outputs:
         if console.is_terminal:
             console.rule(out["host"])

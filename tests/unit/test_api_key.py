@@ -252,7 +252,7 @@ def test_destroy_asks_on_a_terminal_and_needs_yes_without_one(monkeypatch, tty, 
     from glmops.cli import main
     from glmops.commands import lifecycle
 
-    monkeypatch.setattr(lifecycle, "load_deployed_plan", lambda *a: pytest.fail("planned without confirmation"))
+    monkeypatch.setattr(lifecycle, "day2_run", lambda *a, **k: pytest.fail("planned without confirmation"))
     monkeypatch.setattr("glmops.commands.common.interactive", lambda: tty)
     res = CliRunner().invoke(main, ["destroy", "-i", str(REPO / "inventories" / "lab")], input=answer)
     assert res.exit_code == code, res.output

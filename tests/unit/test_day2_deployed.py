@@ -11,6 +11,7 @@ The lab e2e (tests/e2e/test_day2_lab.py) runs the same on real hosts.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -105,16 +106,45 @@ def test_deployed_topology_falls_back_to_the_default_when_hosts_disagree_or_noth
                     "(generation 2)): using the inventory's default topology disagg")
 
 
+def _plugin():
+    """The glmops_plan action plugin module (its choice of the deployed topology)."""
+    spec = importlib.util.spec_from_file_location(
+        "glmops_plan_plugin", REPO / "glmops" / "ansible" / "action_plugins" / "glmops_plan.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _plan_play(extravars: dict, tmp_path: Path) -> tuple[str | None, str, dict]:
+    """What playbooks/plays/plan.yml does with ``glmops_deployed_read``: its read play lists each
+    host's records (the real script on tmp_path/<host>), then glmops_plan (the real plugin
+    function) chooses the topology and takes that topology's ``glmops_run_choices``.
+    Returns (topology, line, run vars); without the read: (``glmops_topology``, "", {})."""
+    read = extravars.get("glmops_deployed_read")
+    if not read:
+        return extravars.get("glmops_topology"), "", {}
+    hostvars = {h: {"glmops_recorded_generations": _script("list", "--dir", str(tmp_path / h))}
+                for h in read["hosts"].split(",")}
+    top, line = _plugin()._deployed_topology(read, hostvars)
+    return top, line, extravars["glmops_run_choices"][top]
+
+
 def _fake_hosts(monkeypatch, tmp_path: Path, deployed: dict[str, list[str]]):
     """runner.run as the hosts would answer: history.yml lists the real records under
-    tmp_path/<host>; status.yml reads the units, and only ``deployed`` ones run and answer 200
-    (any other unit is inactive/dead and answers nothing, as glmops_hostctl.py status says)."""
+    tmp_path/<host>; a day-2 playbook without --topology first reads them (its plan play,
+    :func:`_plan_play`, which adds ``chosen`` = (topology, run vars) to the recorded call);
+    status.yml reads the units, and only ``deployed`` ones run and answer 200 (any other unit
+    is inactive/dead and answers nothing, as glmops_hostctl.py status says)."""
     calls = []
 
     def run(verb, playbook, inventory, extravars=None, *, console=None, quiet=False, on_event=None, **kw):
-        extravars = extravars or {}
-        calls.append((playbook, dict(extravars)))
+        extravars = dict(extravars or {})
         res = runner.RunResult(verb=verb, rc=0, status="successful", artifacts=tmp_path, seconds=0.1)
+        if playbook != "history.yml":
+            top, line, chosen = _plan_play(extravars, tmp_path)
+            res.plan = {"topology": top or plan_view(inventory)["topology"], "topology_line": line}
+            extravars["chosen"] = (res.plan["topology"], chosen)
+        calls.append((playbook, extravars))
         if playbook == "history.yml":
             for host in extravars["glmops_day2_hosts"].split(","):
                 res.hosts[host] = runner.HostStats(ok=1)
@@ -122,7 +152,7 @@ def _fake_hosts(monkeypatch, tmp_path: Path, deployed: dict[str, list[str]]):
                     "host": host, "task": "Read the recorded generations",
                     "res": {"stdout": json.dumps(_script("list", "--dir", str(tmp_path / host)))}}})
         elif playbook == "status.yml":
-            plan = plan_view(inventory, extravars.get("glmops_topology"))
+            plan = plan_view(inventory, res.plan["topology"])
             for s in plan["services"]:
                 up = s["unit"] in deployed.get(s["host"], [])
                 res.services.append({"host": s["host"], "unit": s["unit"], "active": "active" if up else "inactive",
@@ -152,7 +182,9 @@ def test_status_without_topology_reports_what_is_deployed(tmp_path, monkeypatch)
     assert all(r["state"] == "active" and r["health"] == 200 for r in doc["services"])
     assert "deployed topology agg (generation 1 on lab-1, lab-2, lab-3) differs from the inventory's default disagg" \
         in res.stderr
-    assert [c[0] for c in calls] == ["history.yml", "status.yml"] and calls[1][1]["glmops_topology"] == "agg"
+    # one run: its plan play read the records and chose agg (no history.yml run before it)
+    assert [c[0] for c in calls] == ["status.yml"] and calls[0][1]["chosen"][0] == "agg"
+    assert "glmops_topology" not in calls[0][1]
     # an explicit --topology wins: no records read, the disagg units are not there: exit 1
     calls.clear()
     res = CliRunner().invoke(main, ["status", "-i", str(LAB_INV), "--topology", "disagg", "--json"])
@@ -172,11 +204,37 @@ def test_other_day2_verbs_act_on_the_deployed_topology(tmp_path, monkeypatch, ve
     calls = _fake_hosts(monkeypatch, tmp_path, {})
     yes = ["--yes"] if verb in ("destroy", "stop", "restart") else []  # the endpoint goes down: no terminal to ask on
     res = CliRunner().invoke(main, [verb, "-i", str(LAB_INV), *yes])
-    assert calls[0][0] == "history.yml", res.output
-    assert calls[1][0] == f"{verb}.yml" and calls[1][1]["glmops_topology"] == "agg", calls
+    # one run, whose plan play reads the records and acts on agg (the inventory's default is disagg)
+    assert [c[0] for c in calls] == [f"{verb}.yml"], (res.output, calls)
+    assert calls[0][1]["chosen"][0] == "agg", calls
+    assert "deployed topology agg (generation 1 on lab-1, lab-2, lab-3) differs from the inventory's default disagg" \
+        in res.stderr
     if verb == "logs":  # the units asked for are the deployed ones
-        assert calls[1][1]["glmops_log_units"] == ["glm-lab-agg-0.service", "glm-lab-agg-1.service",
-                                                   "glm-lab-router.service"]
+        assert calls[0][1]["chosen"][1]["glmops_log_units"] == ["glm-lab-agg-0.service", "glm-lab-agg-1.service",
+                                                                "glm-lab-router.service"]
+
+
+def test_service_selection_follows_the_deployed_topology_in_the_one_run(tmp_path, monkeypatch):
+    """--service may name a unit of any topology the inventory plans: the run acts on the one the
+    hosts record (a prefill unit: disagg deployed, default agg); a name of no topology exits 2
+    before any run, listing the accepted units."""
+    from glmops.cli import main
+
+    disagg = plan_view(str(LAB_INV), "disagg")
+    inv = _inventory(tmp_path, glmops_topology="agg")
+    for h in HOSTS:
+        _record(tmp_path / h, 1, disagg, h)
+    calls = _fake_hosts(monkeypatch, tmp_path, {})
+    res = CliRunner().invoke(main, ["restart", "-i", str(inv), "--service", "glm-lab-prefill-0", "--yes"])
+    assert [c[0] for c in calls] == ["restart.yml"], res.output
+    top, chosen = calls[0][1]["chosen"]
+    assert top == "disagg" and chosen["glmops_units"] == ["glm-lab-prefill-0.service"], calls
+    assert chosen["glmops_restart_steps"] is None  # not --rolling
+    assert set(calls[0][1]["glmops_run_choices"]) == {"disagg"}  # agg has no such unit
+    calls.clear()
+    res = CliRunner().invoke(main, ["restart", "-i", str(inv), "--service", "nosuch", "--yes"])
+    assert res.exit_code == 2 and calls == []
+    assert "--service 'nosuch': not a service of deployment" in res.stderr and "glm-lab-router.service" in res.stderr
 
 
 def test_smoke_without_topology_targets_the_deployed_endpoint_and_workers(tmp_path, monkeypatch):

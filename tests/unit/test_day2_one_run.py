@@ -97,3 +97,20 @@ def test_rollback_in_one_run(monkeypatch):
     res, _ = _invoke(monkeypatch, _two_generations(), ["rollback", "-i", INV], fail_at="agg replica 1")
     assert "rollback FAILED at agg replica 1: glm-lab-agg-1.service on lab-2: exited (code 1)" in res.output
     assert "on generation 1: agg replica 0" in res.output and "untouched): finish" in res.output
+
+
+@pytest.mark.parametrize("argv", [[*UPGRADE, "--check"], ["rollback", "-i", INV, "--check"]])
+def test_check_reads_the_generations_within_the_limit(monkeypatch, argv):
+    """``upgrade|rollback --check --limit H`` reads the generations on H only, as the real run's
+    read does (so --check shows the decision the run would make)."""
+    monkeypatch.chdir(REPO)
+    _, run = day2_runner(_two_generations() if argv[0] == "rollback" else _deployed())
+    limits = []
+
+    def spy(verb, playbook, inventory, extravars=None, **kw):
+        limits.append((playbook, kw.get("limit")))
+        return run(verb, playbook, inventory, extravars, **kw)
+
+    monkeypatch.setattr(runner, "run", spy)
+    CliRunner().invoke(main, [*argv, "--limit", "lab-1"], env={"COLUMNS": "250"})
+    assert limits == [("history.yml", "lab-1")]

@@ -245,3 +245,29 @@ def test_the_plan_play_takes_the_runners_handoff_only_for_the_same_extra_vars(tm
         assert proc.returncode == 0, out[-3000:]
         assert f"NAME {value}" in out, out[-3000:]
         assert (builds.read_text() == "") is taken, (value, builds.read_text(), out[-2000:])
+
+
+def test_a_handoff_carries_the_other_topologies_for_a_run_that_reads_the_deployed_one(tmp_path, monkeypatch):
+    """A day-2 run without --topology hands the Plans of every topology the inventory plans
+    (``alternatives``); its plan play takes the one the hosts record (here agg, the lab's default
+    being disagg) and still refuses a topology nobody planned or a tampered alternative."""
+    inv = _lab(tmp_path)
+    default, agg = planning.load(str(inv)), planning.load(str(inv), "agg")
+    assert (default.plan.topology, agg.plan.topology) == ("disagg", "agg")  # inventories/lab's glmops_topology
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    path, key = planning.write_handoff(str(private), default, None, [agg])
+    monkeypatch.setenv(planning.KEY_ENV, key)
+    said = []
+    took = planning.take_handoff(path, str(inv), "agg", None, {}, say=said.append)
+    assert took is not None and took["plan"]["topology"] == "agg", said
+    assert {s["unit"] for s in took["plan"]["services"]} == {s["unit"] for s in agg.view()["services"]}
+    assert planning.take_handoff(path, str(inv), None, None, {})["plan"]["topology"] == "disagg"
+    # without the alternative, the same run plans itself and says why
+    private2 = tmp_path / "private2"
+    private2.mkdir(mode=0o700)
+    path2, key2 = planning.write_handoff(str(private2), default, None)
+    monkeypatch.setenv(planning.KEY_ENV, key2)
+    said.clear()
+    assert planning.take_handoff(path2, str(inv), "agg", None, {}, say=said.append) is None
+    assert "planned for topology 'disagg', this run is 'agg'" in said[0]

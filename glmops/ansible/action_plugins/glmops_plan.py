@@ -24,6 +24,14 @@ Options:
              as ``file_sd/glmops-<dep>.json`` (glmops.monitoring.targets)
   handoff:   path of the CLI's plan handoff (``glmops.runner`` passes ``glmops_plan_handoff``,
              a 0600 file outside the run's artifacts; see ``glmops.planning``)
+  deployed:  ``{hosts: "h1,h2", default_topology, generation_dir}`` (``glmops_deployed_read``; a
+             day-2 verb without ``--topology``): the topology is the one the hosts record as
+             deployed (each host's ``glmops_recorded_generations``, set by the plan play's read
+             play; :func:`glmops.generations.deployed_topology`), ``default_topology`` when they
+             disagree or record none; the line saying so goes into the summary (``topology_line``)
+  run_choices: ``{topology: {glmops_units, glmops_log_units, glmops_restart_steps}}``: the
+             selection the CLI made for each topology; the chosen one is returned as
+             ``run_vars`` (a topology the CLI made none for fails, naming it)
   precheck_needs: true (default) returns ``precheck_needs`` = ``{host: needs}`` beside ``plan``
              (:func:`glmops.prechecks.needs_for_deployment` of this Plan), so the prechecks
              role does not plan again per host
@@ -46,6 +54,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from glmops import planning
+from glmops.generations import deployed_topology
 from glmops.inventory import play_inventory
 from glmops.model import ValidationError
 
@@ -56,7 +65,8 @@ class ActionModule(ActionBase):
     """Validate + plan on the controller; see the module docstring."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("inventory", "topology", "overrides", "summary", "precheck_needs", "handoff"))
+    _VALID_ARGS = frozenset(("inventory", "topology", "overrides", "summary", "precheck_needs", "handoff",
+                             "deployed", "run_choices"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -72,6 +82,11 @@ class ActionModule(ActionBase):
         topology = self._task.args.get("topology") or None
         overrides = self._task.args.get("overrides") or None
         want_needs = bool(self._task.args.get("precheck_needs", True))
+        topology_line = ""
+        if self._task.args.get("deployed") and not topology:
+            topology, topology_line = _deployed_topology(self._task.args["deployed"], task_vars.get("hostvars") or {})
+            if topology_line:
+                display.display(f"glmops: {topology_line}", stderr=True)
         handed = None
         if self._task.args.get("handoff"):
             extra = planning.play_extra_vars(self._loader)  # this run's -e, as the CLI's digest saw them
@@ -89,8 +104,9 @@ class ActionModule(ActionBase):
                 lines = [str(p) for p in exc.problems]
                 result.update(
                     failed=True,
-                    msg=f"glmops_plan: {len(lines)} problem(s) in {inventory}, no host contacted:\n"
-                    + "\n".join(lines),
+                    msg=f"glmops_plan: {len(lines)} problem(s) in {inventory}"
+                    + (f" for topology {topology} ({topology_line})" if topology_line else "")
+                    + ", no host contacted:\n" + "\n".join(lines),
                     problems=[p.__dict__ for p in exc.problems],
                 )
                 return result
@@ -98,11 +114,20 @@ class ActionModule(ActionBase):
                 display.warning(f"glmops: {warning}")
             view, smoke_target = planned.view(), asdict(planned.smoke_target())
             needs = planned.precheck_needs() if want_needs else None
+        choices = self._task.args.get("run_choices")
+        if choices is not None:  # after planning: a topology the inventory cannot plan failed above
+            if not isinstance(choices, dict) or view["topology"] not in choices:
+                result.update(failed=True, msg=(
+                    f"glmops_plan: this run acts on topology {view['topology']!r} "
+                    f"({topology_line or 'what the hosts record as deployed'}), but the services it was asked "
+                    f"for are no services of it (they are of: {', '.join(sorted(choices or {})) or 'none'})"))
+                return result
+            result["run_vars"] = choices[view["topology"]]
         # beside the plan, not in it: the plan (and its hash in the generation records) stays as it was
         result["precheck_needs"] = needs if want_needs else None
         result["plan"] = view
         if self._task.args.get("summary"):
-            write_summary(self._task.args["summary"], view, smoke_target)
+            write_summary(self._task.args["summary"], view, smoke_target, topology_line)
         # env files may carry API keys: never display or log this result
         result["_ansible_no_log"] = True
         return result
@@ -111,11 +136,28 @@ class ActionModule(ActionBase):
 SUMMARY_KEYS = ("deployment", "model", "served_model_name", "engine", "topology", "endpoint_url")
 
 
-def write_summary(path: str, view: dict, smoke_target: dict | None = None) -> None:
+def _deployed_topology(deployed: dict, hostvars) -> tuple[str, str]:
+    """(topology, line) the hosts named in ``deployed`` record as deployed, from each one's
+    ``glmops_recorded_generations`` (``glmops_generation.py list``'s JSON); a host without it
+    could not be read (unreachable)."""
+    hosts = [h for h in str(deployed.get("hosts") or "").split(",") if h]
+    records, unread = {}, []
+    for host in hosts:
+        got = hostvars[host].get("glmops_recorded_generations") if host in hostvars else None
+        if isinstance(got, dict):
+            records[host] = {k: v for k, v in got.items() if k != "glmops_event"}
+        else:
+            unread.append(host)
+            records[host] = {"generations": [], "current": None}
+    return deployed_topology(records, str(deployed.get("default_topology") or "agg"), unread)
+
+
+def write_summary(path: str, view: dict, smoke_target: dict | None = None, topology_line: str = "") -> None:
     """Write the secret-free part of a plan view (``SUMMARY_KEYS`` and the service views
-    without their file paths) and the smoke target as JSON to ``path``; the parent directory
-    must exist."""
+    without their file paths), the smoke target and ``topology_line`` (why a day-2 run acts on
+    this topology; "" when nothing to say) as JSON to ``path``; the parent directory must exist."""
     out = {k: view.get(k) for k in SUMMARY_KEYS}
+    out["topology_line"] = topology_line
     out["services"] = [{k: v for k, v in svc.items() if k != "paths"} for svc in view.get("services", [])]
     out["smoke_target"] = smoke_target
     with open(path, "w", encoding="utf-8") as fh:
