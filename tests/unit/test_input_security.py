@@ -487,3 +487,134 @@ def test_a_vault_value_is_secret_wherever_it_lands(tmp_path, monkeypatch):
     problems = _problems(inv)
     assert [p.code for p in problems] == ["SECRET_IN_ARGV"], problems
     assert all("innocentLookingValue42" not in str(p) for p in problems)
+
+
+# ------------------------------------------------ 8. one machine, one booking (issue 20, the rest)
+
+
+def _agg_b200(tp: int = 8, replicas: int = 2) -> dict:
+    return vllm_b200_disagg(glmops_topology="agg",
+                            glmops_topologies={"agg": {"pools": {"agg": {"tp": tp, "replicas": replicas}}}})
+
+
+def _lab_hosts(**extra) -> dict:
+    hosts = {"lab-1": {"ansible_host": "10.77.0.11"}, "lab-2": {"ansible_host": "10.77.0.12"}}
+    for name, hv in extra.items():
+        hosts.setdefault(name, {}).update(hv)
+    return hosts
+
+
+@pytest.mark.parametrize("hosts", [
+    {"gpu-a": {"ansible_host": "10.0.0.11"}, "gpu-a2": {"ansible_host": "10.0.0.11"}},  # one machine, two names
+    {"10.0.0.11": {}, "gpu-a2": {"ansible_host": "10.0.0.11"}},  # the name is the other's address
+    {"gpu-a": {"ansible_host": "GPU-A.example"}, "gpu-a2": {"ansible_host": "gpu-a.example"}},  # DNS is case-blind
+])
+def test_one_machine_listed_twice_is_refused_naming_both_entries(tmp_path, hosts):
+    inv = write_inventory(tmp_path / "inv", _agg_b200(), hosts=hosts)
+    problems = _problems(inv)
+    dup = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    first, second = list(hosts)
+    assert len(dup) == 1, problems
+    msg = dup[0].message
+    assert f"hosts {first} ({inv}/hosts.yml:{first}) and {second} ({inv}/hosts.yml:{second})" in msg, msg
+    address = (hosts[second].get("ansible_host") or second).lower()
+    assert f"address {address}" in msg and "GPUs [0, 1, 2, 3, 4, 5, 6, 7]" in msg and "accepted:" in msg
+    assert dup[0].path == f"{inv}/hosts.yml:{second}"
+
+
+def test_one_address_with_overlapping_gpus_names_the_hosts_address_and_gpu_ids(tmp_path):
+    hosts = {"gpu-a": {"ansible_host": "10.0.0.11", "glmops_gpus": [0, 1, 2, 3]},
+             "gpu-b": {"ansible_host": "10.0.0.11", "glmops_gpus": [2, 3, 4, 5]}}
+    problems = _problems(write_inventory(tmp_path / "inv", _agg_b200(tp=2, replicas=4), hosts=hosts))
+    [dup] = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    assert "hosts gpu-a (" in dup.message and ") and gpu-b (" in dup.message
+    assert "address 10.0.0.11" in dup.message and "both book GPUs [2, 3] there" in dup.message, dup.message
+
+
+@pytest.mark.parametrize("hosts", [
+    # two slices of one 8-GPU node under two names (glmops models GPUs per inventory host)
+    {"gpu-a": {"ansible_host": "10.0.0.11", "glmops_gpus": [0, 1, 2, 3]},
+     "gpu-b": {"ansible_host": "10.0.0.11", "glmops_gpus": [4, 5, 6, 7]}},
+    # one address, two sshd ports: two machines behind one NAT
+    {"gpu-a": {"ansible_host": "10.0.0.11", "ansible_port": 2201},
+     "gpu-b": {"ansible_host": "10.0.0.11", "ansible_port": 2202}},
+])
+def test_one_address_without_a_shared_gpu_is_accepted(tmp_path, hosts):
+    inv = write_inventory(tmp_path / "inv", _agg_b200(tp=4, replicas=2), hosts=hosts)
+    assert _problems(inv) == []
+
+
+def test_a_router_named_twice_on_a_worker_s_machine_books_no_gpu(tmp_path):
+    gv = _agg_b200(tp=8, replicas=1)
+    gv["glmops_topologies"]["agg"]["router"] = {"kind": "vllm-router", "host": "front", "port": 8000}
+    inv = write_inventory(tmp_path / "inv", gv, groups={"glmops_routers": ["front"]},
+                          host_vars={"front": {"ansible_host": "10.0.0.11"}})
+    assert [p for p in _problems(inv) if p.code == "DUPLICATE_HOST"] == []
+
+
+def test_two_names_of_one_lab_machine_are_refused_on_cpu_hardware(tmp_path):
+    hosts = _lab_hosts(**{"lab-2": {"ansible_host": "10.77.0.11"}})
+    problems = _problems(write_inventory(tmp_path / "inv", _lab_disagg(), hosts=hosts,
+                                         groups={"glmops_routers": ["lab-3"]}))
+    [dup] = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    assert "hosts lab-1 (" in dup.message and "address 10.77.0.11" in dup.message
+    assert "whole machine" in dup.message and "disjoint glmops_gpus" not in dup.message
+
+
+# ------------------------------------------------------------ 9. GPU checks on the lab's cpu hardware
+
+
+def _lab_disagg() -> dict:
+    gv = yaml.safe_load((REPO / "inventories" / "lab" / "group_vars" / "all.yml").read_text())
+    gv["glmops_topology"] = "disagg"
+    return gv
+
+
+@pytest.mark.parametrize("gpus,needle", [
+    ([0], "indices [0] outside CPU (lab)'s GPUs (it has none)"),
+    ([0, 0, 3], "indices [0, 3] outside CPU (lab)'s GPUs (it has none), duplicates [0]"),
+])
+def test_glmops_gpus_on_cpu_hardware_are_out_of_range(tmp_path, gpus, needle):
+    hosts = _lab_hosts(**{"lab-1": {"glmops_gpus": gpus}})
+    problems = _problems(write_inventory(tmp_path / "inv", _lab_disagg(), hosts=hosts,
+                                         groups={"glmops_routers": ["lab-3"]}))
+    bad = [p for p in problems if p.code == "GPU_INDEX"]
+    assert len(bad) == 1 and needle in bad[0].message and "accepted: no glmops_gpus" in bad[0].message, problems
+    assert bad[0].path.endswith("lab-1.glmops_gpus")
+
+
+def test_pool_gpus_on_cpu_hardware_are_out_of_range(tmp_path):
+    gv = _lab_disagg()
+    gv["glmops_topologies"]["disagg"]["pools"]["prefill"]["gpus"] = [0, 1]
+    problems = _problems(write_inventory(tmp_path / "inv", gv, hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]}))
+    bad = [p for p in problems if p.code == "GPU_INDEX"]
+    assert len(bad) == 1 and "pool prefill gpus [0, 1]" in bad[0].message and "(it has none)" in bad[0].message
+    assert bad[0].path.endswith("pools.prefill.gpus")
+
+
+def test_more_cpu_replicas_than_hosts_is_one_count_problem(tmp_path):
+    gv = _cpu_lab(glmops_topologies={"agg": {"pools": {"agg": {"replicas": 5, "hosts": ["lab-1", "lab-2"], "port": 8001}}}})
+    problems = _problems(write_inventory(tmp_path / "inv", gv, hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]}))
+    assert _codes(problems) == ["GPU_COUNT"], problems  # one per cause, no PLACEMENT per replica
+    assert "pool agg replicas 5 need 5 hosts" in problems[0].message and "accepted: replicas <= 2" in problems[0].message
+
+
+def test_two_cpu_pools_on_one_host_book_it_twice(tmp_path):
+    gv = _lab_disagg()
+    gv["glmops_topologies"]["disagg"]["pools"]["decode"]["hosts"] = ["lab-1"]
+    problems = _problems(write_inventory(tmp_path / "inv", gv, hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]}))
+    assert _codes(problems) == ["GPU_COUNT"], problems
+    assert "prefill 1 + decode 1" in problems[0].message and "share ['lab-1']" in problems[0].message
+    assert problems[0].path.endswith("pools.decode.hosts")
+
+
+@pytest.mark.parametrize("inventory", ["lab", "lab-dynamo", "lab-dynamo-etcd"])
+@pytest.mark.parametrize("topology", ["agg", "disagg"])
+def test_the_shipped_cpu_lab_inventories_still_pass(inventory, topology):
+    from glmops import planning
+
+    try:
+        planning.load(str(REPO / "inventories" / inventory), topology=topology)
+    except ValidationError as exc:  # a topology the inventory does not define is POOLS, not a GPU check
+        assert not [p for p in exc.problems if p.code.startswith("GPU") or p.code == "DUPLICATE_HOST"], exc.problems
+
