@@ -197,7 +197,7 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
 def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
     """The router's policy must be one its CLI accepts (catalog ``policies``, taken from the
     routers' option lists, ``FrontDoor.policy_key``): sglang-router 0.3.2 has no ``kv_aware``,
-    vllm-router 0.1.17 has."""
+    vllm-router 0.1.17 has; the Dynamo frontend takes the names its ``--router-mode`` choices spell."""
     kind, policy = registry.router_kind(dep)
     door = registry.front_door(kind)
     key = door.policy_key if door is not None else ""
@@ -208,8 +208,9 @@ def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
         out.append(Problem(
             "ROUTER_POLICY", dep.source("router.policy"),
             f"router policy {policy!r} is not accepted by {kind}; accepted: {', '.join(accepted)}",
-            "set glmops_topologies.<topology>.router.policy to one of those, "
-            f"or use engine {' or '.join(registry.kv_routing_engines())} for KV-aware routing"))
+            "set glmops_topologies.<topology>.router.policy to one of those"
+            + ("" if door.kv_routing else
+               f", or use engine {' or '.join(registry.kv_routing_engines())} for KV-aware routing")))
 
 
 # --- engine flags and config keys (ENGINE_FLAG, ENGINE_FLAG_OWNED, ENGINE_CONFIG) -------------

@@ -618,3 +618,46 @@ def test_the_shipped_cpu_lab_inventories_still_pass(inventory, topology):
     except ValidationError as exc:  # a topology the inventory does not define is POOLS, not a GPU check
         assert not [p for p in exc.problems if p.code.startswith("GPU") or p.code == "DUPLICATE_HOST"], exc.problems
 
+
+# ------------------------------------------------------------------- 10. Dynamo's router policy
+
+
+def _dynamo_lab(policy: str) -> dict:
+    gv = yaml.safe_load((REPO / "inventories" / "lab-dynamo" / "group_vars" / "all.yml").read_text())
+    gv["glmops_topologies"]["agg"]["router"]["policy"] = policy
+    return gv
+
+
+@pytest.mark.parametrize("policy", ["least_busy", "round-robin-ish", "cache-aware-ish", "consistent_hash"])
+def test_a_router_policy_dynamo_does_not_take_is_refused(tmp_path, policy):
+    inv = write_inventory(tmp_path / "inv", _dynamo_lab(policy), hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]})
+    bad = [p for p in _problems(inv) if p.code == "ROUTER_POLICY"]
+    assert len(bad) == 1 and repr(policy) in bad[0].message and "dynamo" in bad[0].message, bad
+    assert "accepted: round_robin, random, power_of_two, kv_aware" in bad[0].message
+    assert bad[0].path.endswith("router.policy")
+
+
+@pytest.mark.parametrize("policy,mode", [("kv_aware", "kv"), ("power_of_two", "power-of-two"), ("kv", "kv"),
+                                         ("least_loaded", "least-loaded"), ("round_robin", "round-robin")])
+def test_dynamo_router_policies_render_a_mode_the_frontend_takes(tmp_path, policy, mode):
+    from glmops.catalog import flags
+
+    inv = write_inventory(tmp_path / "inv", _dynamo_lab(policy), hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]})
+    plan, problems = rules.validate(load_deployment(inv))
+    assert problems == []
+    [front] = [s for s in plan.services if s.role == "frontend"]
+    got = front.argv[front.argv.index("--router-mode") + 1]
+    assert got == mode and got in flags.load("dynamo-frontend").accepted_values("router-mode")
+
+
+def test_dynamo_policies_in_the_catalog_match_the_frontend_s_router_modes():
+    """Every policy the catalog lists spells a --router-mode choice of the 1.6.1 frontend's option
+    list, and every choice is reachable from one (the two lists cannot drift apart)."""
+    from glmops import catalog
+    from glmops.catalog import flags
+    from glmops.engines import dynamo
+
+    choices = set(flags.load("dynamo-frontend").accepted_values("router-mode"))
+    policies = catalog.load().engine("dynamo")["policies"]
+    assert {dynamo.policy_mode(p) for p in policies} == choices
+
