@@ -661,3 +661,47 @@ def test_dynamo_policies_in_the_catalog_match_the_frontend_s_router_modes():
     policies = catalog.load().engine("dynamo")["policies"]
     assert {dynamo.policy_mode(p) for p in policies} == choices
 
+
+# ------------------------------------------- 11. files the checkpoint and generation scripts write
+
+
+def test_checkpoint_local_dir_stays_below_model_dir():
+    from glmops import checkpoint as ck
+
+    assert ck.check_inputs("org/name", None, f"/models/org/name/{REV}", model_dir="/models") == []
+    assert ck.check_inputs("org/name", None, "/models/../etc/cron.d", model_dir="/models") == [
+        "local_dir '/models/../etc/cron.d' has '.', '..' or empty segments; accepted: a normalized absolute path"]
+    assert ck.check_inputs("org/name", None, "/etc/cron.d", model_dir="/models") == [
+        "local_dir '/etc/cron.d' is not below model_dir '/models'; accepted: <model_dir>/<owner>/<name>/..."]
+    with pytest.raises(ck.CheckpointError, match="not below model_dir"):
+        ck.download("org/name", REV, "/modelsx/org/name", model_dir="/models", dry_run=True)
+
+
+@pytest.mark.parametrize("path", ["../../../etc/cron.d/x", "/etc/cron.d/x", "a/./b", "a//b", "dir/.."])
+def test_a_hub_listing_cannot_place_a_file_outside_the_snapshot(monkeypatch, path):
+    from types import SimpleNamespace
+
+    from glmops import checkpoint as ck
+
+    entry = SimpleNamespace(path=path, size=1, blob_id="0" * 40, lfs=None)
+    api = SimpleNamespace(list_repo_tree=lambda *a, **k: [entry], model_info=lambda *a, **k: SimpleNamespace(sha=REV))
+    monkeypatch.setattr(ck, "_api", lambda endpoint, token: api)
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.resolve("org/name", REV)
+    assert err.value.code == "HUB" and repr(path) in err.value.message and "outside" in err.value.message
+    with pytest.raises(ck.CheckpointError, match="outside"):  # a manifest handed over for a peer copy
+        ck.Manifest.from_dict({"repo": "org/name", "commit": REV, "files": [{"path": path, "size": 1}]})
+
+
+def test_a_symlink_in_the_snapshot_cannot_redirect_a_file(tmp_path):
+    from glmops import checkpoint as ck
+
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "snap" / "sub").symlink_to(tmp_path / "elsewhere")
+    assert ck.inside(str(tmp_path / "snap"), "a/b.json") == str(tmp_path / "snap" / "a" / "b.json")
+    manifest = ck.Manifest("org/name", REV, [ck.HubFile("a.json", 1, "0" * 40), ck.HubFile("sub/x", 1, "0" * 40)])
+    with pytest.raises(ck.CheckpointError, match=r"'sub/x' resolves to .*/elsewhere/x, outside"):
+        ck.fetch_files("org/name", manifest, str(tmp_path / "snap"), "http://127.0.0.1:9", None, stall_timeout_s=0)
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and sorted(p.name for p in (tmp_path / "snap").iterdir()) == ["sub"]
+
