@@ -705,3 +705,49 @@ def test_a_symlink_in_the_snapshot_cannot_redirect_a_file(tmp_path):
         ck.fetch_files("org/name", manifest, str(tmp_path / "snap"), "http://127.0.0.1:9", None, stall_timeout_s=0)
     assert list((tmp_path / "elsewhere").iterdir()) == [] and sorted(p.name for p in (tmp_path / "snap").iterdir()) == ["sub"]
 
+
+def _generation(*args: str) -> tuple[int, dict]:
+    script = REPO / "roles" / "generation" / "files" / "glmops_generation.py"
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _b64(doc: dict) -> str:
+    import base64
+
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+def test_a_generation_manifest_cannot_copy_outside_its_generation(tmp_path):
+    import hashlib
+
+    target = tmp_path / "outside" / "x.env"
+    target.parent.mkdir()
+    target.write_bytes(b"A=1\n")
+    gen = tmp_path / "state" / "_records" / "dep" / "generations"
+    depth = len(Path(str(gen)).parts)  # climbs from <gen>/.N.tmp/files/ up to / and back down to target
+    sneaky = "/" + "/".join([".."] * (depth + 2)) + str(target)
+    files = [{"path": sneaky, "sha256": hashlib.sha256(b"A=1\n").hexdigest(), "mode": "0600", "owner": "root",
+              "group": "root", "unit": "u.service"}]
+    rc, out = _generation("record", "--dir", str(gen), "--number", "1",
+                          "--manifest", _b64({"plan_hash": "h", "files": files, "units": [{"unit": "u.service"}]}))
+    assert rc == 1 and "not normalized absolute paths" in out["msg"] and repr(sneaky) in out["msg"], out
+    assert not (gen / "1").exists() and sorted(p.name for p in target.parent.iterdir()) == ["x.env"]
+
+
+def test_a_stored_generation_with_a_dot_dot_path_is_not_restored(tmp_path):
+    import hashlib
+
+    gen = tmp_path / "gen"
+    (gen / "1" / "files" / "etc").mkdir(parents=True)
+    (gen / "1" / "files" / "etc" / "x.env").write_bytes(b"A=1\n")
+    escape = tmp_path / "escaped"
+    manifest = {"number": 1, "plan_hash": "h", "units": [{"unit": "u.service"}],
+                "files": [{"path": f"{tmp_path}/gen/1/files/etc/../../../../escaped", "unit": "u.service", "mode": "0600",
+                           "owner": "root", "group": "root", "sha256": hashlib.sha256(b"A=1\n").hexdigest()}]}
+    (gen / "1" / "manifest.json").write_text(json.dumps(manifest))
+    for d in (tmp_path, gen, gen / "1"):
+        d.chmod(0o700)
+    rc, out = _generation("restore", "--dir", str(gen), "--to", "1")
+    assert rc == 1 and "not normalized absolute paths" in out["msg"], out
+    assert not escape.exists()
