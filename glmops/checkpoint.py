@@ -144,8 +144,7 @@ class Manifest:
     def from_dict(cls, raw: dict[str, Any]) -> "Manifest":
         files = [HubFile.from_dict(f) for f in raw.get("files") or []]
         for f in files:  # a manifest handed over for a peer copy or a check: same paths as the hub's
-            if not f.path or f.path.startswith("/") or not clean_path(f.path):
-                inside("<local_dir>", f.path)
+            repo_path(f.path)
         return cls(repo=raw["repo"], commit=raw["commit"], files=files,
                    allow_patterns=list(raw.get("allow_patterns") or []))
 
@@ -262,14 +261,19 @@ def below(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def inside(local_dir: str, rel: str) -> str:
-    """``<local_dir>/<rel>`` for a repo file path ``rel`` from the hub's listing (or a manifest
-    handed over for a peer copy); raises ``CheckpointError("HUB")`` when ``rel`` is absolute,
-    has ``.``/``..`` segments or resolves (symlinks followed) outside ``local_dir``."""
+def repo_path(rel: str, local_dir: str = "the snapshot") -> str:
+    """``rel``, a repo file path from the hub's listing (or a manifest handed over for a peer
+    copy), when it is relative without ``.``/``..``/empty segments; else ``CheckpointError("HUB")``."""
     if not rel or rel.startswith("/") or not clean_path(rel):
         raise CheckpointError("HUB", f"repo file path {rel!r} would be written outside {local_dir}; "
                               "accepted: a relative path without '.' or '..' segments", files=[str(rel)])
-    full = os.path.join(local_dir, rel)
+    return rel
+
+
+def inside(local_dir: str, rel: str) -> str:
+    """``<local_dir>/<rel>`` for a repo file path ``rel`` (:func:`repo_path`); raises
+    ``CheckpointError("HUB")`` when it also resolves (symlinks followed) outside ``local_dir``."""
+    full = os.path.join(local_dir, repo_path(rel, local_dir))
     if not below(os.path.realpath(full), os.path.realpath(local_dir)):
         raise CheckpointError("HUB", f"repo file path {rel!r} resolves to {os.path.realpath(full)}, outside {local_dir}",
                               files=[rel])
@@ -328,8 +332,7 @@ def resolve(repo: str, revision: str | None, *, endpoint: str | None = None, tok
     if not files:
         raise CheckpointError("INPUT", f"no file of {repo}@{commit} matches allow_patterns {allow_patterns}")
     for f in files:  # the listing names where each file lands: never outside the snapshot
-        if not f.path or f.path.startswith("/") or not clean_path(f.path):
-            inside("<local_dir>", f.path)
+        repo_path(f.path)
     return Manifest(repo=repo, commit=commit, files=sorted(files, key=lambda f: f.path),
                     allow_patterns=list(allow_patterns or []))
 
