@@ -142,8 +142,10 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "Manifest":
-        return cls(repo=raw["repo"], commit=raw["commit"],
-                   files=[HubFile.from_dict(f) for f in raw.get("files") or []],
+        files = [HubFile.from_dict(f) for f in raw.get("files") or []]
+        for f in files:  # a manifest handed over for a peer copy or a check: same paths as the hub's
+            repo_path(f.path)
+        return cls(repo=raw["repo"], commit=raw["commit"], files=files,
                    allow_patterns=list(raw.get("allow_patterns") or []))
 
 
@@ -216,21 +218,66 @@ def _one_view(dep: Any, plan: Any, ck_spec: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- inputs
-def check_inputs(repo: str, revision: str | None, local_dir: str, offline: bool = True) -> list[str]:
+def check_inputs(repo: str, revision: str | None, local_dir: str, offline: bool = True,
+                 model_dir: str | None = None) -> list[str]:
     """Every problem with the download inputs at once (empty list: fine).
 
     ``repo`` must be ``owner/name``; ``revision`` a 40-hex commit when serving offline (F12;
     a branch or tag is accepted only with ``offline: false``, and None means "pin at
-    download"); ``local_dir`` absolute.
+    download"); ``local_dir`` absolute, without ``.``/``..`` segments, and below ``model_dir``
+    when that is given (the snapshot and its writer lock stay under the checkpoints' root).
     """
     problems = []
     if not REPO_ID.match(repo or ""):
         problems.append(f"repo {repo!r} is not a Hugging Face repo id; accepted: owner/name")
     if revision is not None and offline and not HEX40.match(str(revision)):
         problems.append(f"revision {revision!r} is not a 40-hex commit; serving offline needs a pinned commit (F12)")
-    if not str(local_dir or "").startswith("/"):
+    text = str(local_dir or "")
+    if not text.startswith("/"):
         problems.append(f"local_dir {local_dir!r} must be an absolute path")
+    elif not clean_path(text):
+        problems.append(f"local_dir {local_dir!r} has '.', '..' or empty segments; accepted: a normalized absolute path")
+    elif model_dir and not below(text, model_dir):
+        problems.append(f"local_dir {local_dir!r} is not below model_dir {model_dir!r}; accepted: <model_dir>/<owner>/<name>/...")
     return problems
+
+
+def clean_path(path: str) -> bool:
+    """True when ``path`` (absolute or relative) has no ``.``, ``..`` or empty segment (a
+    trailing ``/`` aside) and no NUL."""
+    if "\0" in path:
+        return False
+    stripped = path.strip("/")
+    if not stripped:
+        return path.startswith("/")  # "/" itself
+    return all(p not in ("", ".", "..") for p in stripped.split("/"))
+
+
+def below(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or lies under it, compared as normalized text (no
+    symlink is followed: :func:`inside` checks the resolved path where files are written)."""
+    root = os.path.normpath(root)
+    path = os.path.normpath(path)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def repo_path(rel: str, local_dir: str = "the snapshot") -> str:
+    """``rel``, a repo file path from the hub's listing (or a manifest handed over for a peer
+    copy), when it is relative without ``.``/``..``/empty segments; else ``CheckpointError("HUB")``."""
+    if not rel or rel.startswith("/") or not clean_path(rel):
+        raise CheckpointError("HUB", f"repo file path {rel!r} would be written outside {local_dir}; "
+                              "accepted: a relative path without '.' or '..' segments", files=[str(rel)])
+    return rel
+
+
+def inside(local_dir: str, rel: str) -> str:
+    """``<local_dir>/<rel>`` for a repo file path ``rel`` (:func:`repo_path`); raises
+    ``CheckpointError("HUB")`` when it also resolves (symlinks followed) outside ``local_dir``."""
+    full = os.path.join(local_dir, repo_path(rel, local_dir))
+    if not below(os.path.realpath(full), os.path.realpath(local_dir)):
+        raise CheckpointError("HUB", f"repo file path {rel!r} resolves to {os.path.realpath(full)}, outside {local_dir}",
+                              files=[rel])
+    return full
 
 
 def local_dir_for(model_dir: str, repo: str, commit: str) -> str:
@@ -284,6 +331,8 @@ def resolve(repo: str, revision: str | None, *, endpoint: str | None = None, tok
              for e in picked]
     if not files:
         raise CheckpointError("INPUT", f"no file of {repo}@{commit} matches allow_patterns {allow_patterns}")
+    for f in files:  # the listing names where each file lands: never outside the snapshot
+        repo_path(f.path)
     return Manifest(repo=repo, commit=commit, files=sorted(files, key=lambda f: f.path),
                     allow_patterns=list(allow_patterns or []))
 
@@ -630,7 +679,7 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
     """
     if local_dir is None and model_dir is None:
         raise CheckpointError("INPUT", "give local_dir or model_dir")
-    problems = check_inputs(repo, revision, local_dir or "/", offline)
+    problems = check_inputs(repo, revision, local_dir or "/", offline, model_dir if local_dir else None)
     if problems:
         raise CheckpointError("INPUT", "; ".join(problems))
     t0 = time.monotonic()
@@ -896,10 +945,14 @@ def fetch_files(repo: str, manifest: Manifest, local_dir: str, endpoint: str | N
     ``stall_timeout_s`` 0 turns the watchdog off. ``on_stall(stall, stalls, plain_http)`` is
     called at each stall (the progress file names it). Returns ``{stalls, plain_http}``; each
     stall is ``{path, bytes, size, percent, seconds, attempt, transfer}``. A transfer that
-    fails otherwise raises ``HUB`` naming it, after every other file was tried."""
+    fails otherwise raises ``HUB`` naming it, after every other file was tried. A file whose
+    path resolves outside ``local_dir`` (a symlink in the tree: :func:`inside`) raises ``HUB``
+    before any transfer."""
     args = {"repo": repo, "commit": manifest.commit, "local_dir": local_dir, "endpoint": endpoint,
             "token": token or ""}
     queue = [f for f in manifest.files if f.path not in skip]
+    for f in queue:  # root writes here: a symlinked directory in the snapshot must not redirect a file
+        inside(local_dir, f.path)
     attempts: dict[str, int] = {}
     stalls: list[dict[str, Any]] = []
     running: list[_Transfer] = []

@@ -1201,6 +1201,9 @@ def _read_host(s: _Load, host: Any, default_gpus: list[int]) -> HostSpec:
     spec.rdma_devices = values["glmops_rdma_devices"] or []
     spec.socket_ifname = str(values["glmops_socket_ifname"] or "")
     spec.vars = {"ansible_host": str(ansible_host)} if ansible_host else {}
+    port = hv.get("ansible_port")  # with ansible_host (else the name): which machine ssh reaches (DUPLICATE_HOST)
+    if port is not None and "{{" not in str(port):
+        spec.vars["ansible_port"] = str(port)
     branch = hv.get("nvidia_driver_branch")  # roles/nvidia_driver's input: DRIVER_BRANCH compares it (F30)
     if branch is not None and "{{" not in str(branch):
         spec.vars["nvidia_driver_branch"] = str(branch)

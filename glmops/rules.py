@@ -197,7 +197,7 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
 def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
     """The router's policy must be one its CLI accepts (catalog ``policies``, taken from the
     routers' option lists, ``FrontDoor.policy_key``): sglang-router 0.3.2 has no ``kv_aware``,
-    vllm-router 0.1.17 has."""
+    vllm-router 0.1.17 has; the Dynamo frontend takes the names its ``--router-mode`` choices spell."""
     kind, policy = registry.router_kind(dep)
     door = registry.front_door(kind)
     key = door.policy_key if door is not None else ""
@@ -208,8 +208,9 @@ def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
         out.append(Problem(
             "ROUTER_POLICY", dep.source("router.policy"),
             f"router policy {policy!r} is not accepted by {kind}; accepted: {', '.join(accepted)}",
-            "set glmops_topologies.<topology>.router.policy to one of those, "
-            f"or use engine {' or '.join(registry.kv_routing_engines())} for KV-aware routing"))
+            "set glmops_topologies.<topology>.router.policy to one of those"
+            + ("" if door.kv_routing else
+               f", or use engine {' or '.join(registry.kv_routing_engines())} for KV-aware routing")))
 
 
 # --- engine flags and config keys (ENGINE_FLAG, ENGINE_FLAG_OWNED, ENGINE_CONFIG) -------------
@@ -513,15 +514,89 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
     gpn = int(hw.get("gpus_per_node") or 0)
     cpu = gpn == 0
     _check_host_gpus(dep, hw, gpn, cpu, out)
+    _check_duplicate_hosts(dep, cpu, out)
     for pool in dep.pools:
         _check_pool(dep, hw, pool, gpn, cpu, out)
     _check_pool_demand(dep, cpu, out)
 
 
+def ssh_target(dep: Deployment, name: str) -> str:
+    """The machine inventory host ``name`` stands for: ``ansible_host`` (else the name, as ssh
+    uses it), lower-cased, with ``:<ansible_port>`` when the inventory sets a port."""
+    host = dep.hosts[name]
+    address = str(host.vars.get("ansible_host") or name).lower()
+    port = host.vars.get("ansible_port")
+    return f"{address}:{port}" if port not in (None, "", "22") else address
+
+
+def _booked_gpus(dep: Deployment, cpu: bool) -> dict[str, set[int]]:
+    """Host -> the GPU indices the pools may place replicas on there (each pool's ``gpus``
+    within the host's ``glmops_gpus``, or all of them); hosts of no pool are left out. On
+    ``cpu`` hardware every pool host maps to an empty set (a replica takes the whole host)."""
+    booked: dict[str, set[int]] = {}
+    for pool in dep.pools:
+        for h in _pool_hosts(dep, pool):
+            gpus = set() if cpu else {g for g in dep.hosts[h].gpus if not pool.gpus or g in pool.gpus}
+            booked.setdefault(h, set()).update(gpus)
+    return booked
+
+
+def _check_duplicate_hosts(dep: Deployment, cpu: bool, out: list[Problem]) -> None:
+    """DUPLICATE_HOST: two inventory hosts that reach the same machine (:func:`ssh_target`) and
+    that pools may both place replicas on, when the GPUs booked on them overlap: the plan counts
+    each name as its own node, so the same GPU would serve two replicas. Disjoint ``glmops_gpus``
+    (or pool ``gpus``) under two names of one node are two slices of it and fine. On ``cpu``
+    hardware a replica takes its whole host, so two booked names of one machine always clash.
+    One problem per machine, naming both entries (their inventory places), the address and the
+    GPU ids both book."""
+    booked = _booked_gpus(dep, cpu)
+    machines: dict[str, list[str]] = {}
+    for name in dep.hosts:  # inventory order
+        if name in booked:
+            machines.setdefault(ssh_target(dep, name), []).append(name)
+    for target, names in machines.items():
+        if len(names) < 2:
+            continue
+        clashes: list[tuple[str, str, list[int]]] = []
+        owner: dict[int, str] = {}
+        for i, name in enumerate(names):
+            if cpu:
+                if i:
+                    clashes.append((names[0], name, []))
+                continue
+            shared: dict[str, list[int]] = {}
+            for g in sorted(booked[name]):
+                if g in owner:
+                    shared.setdefault(owner[g], []).append(g)
+                else:
+                    owner[g] = name
+            clashes += [(other, name, gpus) for other, gpus in shared.items()]
+        if not clashes:
+            continue
+        first, second, gpus = clashes[0]
+        what = (f"both book GPUs {gpus} there" if gpus else
+                "each takes the whole machine for a replica (cpu hardware)")
+        more = f"; also {_few([f'{a}/{b}' for a, b, _g in clashes[1:]], 5)}" if clashes[1:] else ""
+        _problem(out, "DUPLICATE_HOST", _src(dep, f"hosts.{second}"),
+                 f"hosts {first} ({_src(dep, f'hosts.{first}')}) and {second} ({_src(dep, f'hosts.{second}')}) "
+                 f"are one machine, address {target}, and {what}{more}; accepted: one inventory host per machine"
+                 + ("" if cpu else ", or disjoint glmops_gpus for hosts that share an address"),
+                 f"remove {second} or give it its own ansible_host")
+
+
 def _check_host_gpus(dep: Deployment, hw: dict, gpn: int, cpu: bool, out: list[Problem]) -> None:
-    """Each host's ``glmops_gpus``: distinct indices below the hardware's GPUs per node."""
+    """Each host's ``glmops_gpus``: distinct indices below the hardware's GPUs per node. On
+    ``cpu`` hardware (``gpus_per_node`` 0: the lab's) there is no index to give: a listed one is
+    out of range (a replica takes the whole host; ``glmops.plan.place``)."""
     for name, host in dep.hosts.items():
         if cpu:
+            if host.gpus:
+                dup = sorted({g for g in host.gpus if host.gpus.count(g) > 1})
+                _problem(out, "GPU_INDEX", _src(dep, f"hosts.{name}.gpus", f"hosts.{name}"),
+                         f"host {name} glmops_gpus {host.gpus} has indices {sorted(set(host.gpus))} outside "
+                         f"{hw.get('name')}'s GPUs (it has none)" + (f", duplicates {dup}" if dup else "")
+                         + "; accepted: no glmops_gpus (unset or []) on cpu hardware",
+                         "a replica on cpu hardware takes its whole host")
             continue
         if not host.gpus:
             _problem(out, "GPU_INDEX", _src(dep, f"hosts.{name}.gpus", f"hosts.{name}"),
@@ -554,9 +629,10 @@ def _check_pool(dep: Deployment, hw: dict, pool: PoolSpec, gpn: int, cpu: bool, 
     if pool.port is not None and not 1 <= pool.port <= 65535:
         _problem(out, "PORT", _src(dep, f"pools.{pool.role}.port", ppath),
                  f"pool {pool.role} port {pool.port} is not accepted; accepted: 1..65535")
-    if cpu:
-        return
     hosts = _pool_hosts(dep, pool)
+    if cpu:
+        _check_cpu_pool(dep, hw, pool, hosts, out)
+        return
     if pool.gpus:
         bad = [g for g in pool.gpus if g < 0 or g >= gpn]
         dup = sorted({g for g in pool.gpus if pool.gpus.count(g) > 1})
@@ -607,8 +683,38 @@ def _check_pool(dep: Deployment, hw: dict, pool: PoolSpec, gpn: int, cpu: bool, 
                  "add hosts, lower replicas or parallelism")
 
 
+def _check_cpu_pool(dep: Deployment, hw: dict, pool: PoolSpec, hosts: list[str], out: list[Problem]) -> None:
+    """A pool on ``cpu`` hardware: no ``gpus`` to pin (none exist), and a whole host per replica
+    (``glmops.plan.place``), so ``replicas`` <= its hosts."""
+    ppath = _src(dep, f"pools.{pool.role}")
+    if pool.gpus:
+        _problem(out, "GPU_INDEX", _src(dep, f"pools.{pool.role}.gpus", ppath),
+                 f"pool {pool.role} gpus {pool.gpus}: indices {sorted(set(pool.gpus))} outside {hw.get('name')}'s GPUs "
+                 "(it has none); accepted: no gpus on cpu hardware", "a replica on cpu hardware takes its whole host")
+    if not hosts:
+        _problem(out, "GPU_COUNT", ppath, f"pool {pool.role} has no hosts; accepted: inventory hosts or groups")
+    elif pool.replicas > len(hosts):
+        _problem(out, "GPU_COUNT", _src(dep, f"pools.{pool.role}.replicas", ppath),
+                 f"pool {pool.role} replicas {pool.replicas} need {pool.replicas} hosts (on {hw.get('name')} hardware a "
+                 f"replica takes a whole host) but its hosts {_few(hosts)} are {len(hosts)}; accepted: replicas <= {len(hosts)}",
+                 "add hosts or lower replicas")
+
+
 def _check_pool_demand(dep: Deployment, cpu: bool, out: list[Problem]) -> None:
-    """Total demand of all pools on shared hosts (pools pinned to disjoint gpus are fine)."""
+    """Total demand of all pools on shared hosts (pools pinned to disjoint gpus are fine). On
+    ``cpu`` hardware: pools sharing hosts need a whole host per replica among them."""
+    if cpu and len(dep.pools) > 1:
+        hosts_of = {p.role: _pool_hosts(dep, p) for p in dep.pools}
+        shared = sorted({h for p in dep.pools for h in hosts_of[p.role]
+                         if sum(h in hosts_of[q.role] for q in dep.pools) > 1})
+        union = {h for hs in hosts_of.values() for h in hs}
+        need = sum(p.replicas for p in dep.pools)
+        if shared and need > len(union) and all(p.replicas <= len(hosts_of[p.role]) for p in dep.pools):
+            roles = " + ".join(f"{p.role} {p.replicas}" for p in dep.pools)
+            _problem(out, "GPU_COUNT", _src(dep, f"pools.{dep.pools[-1].role}.hosts", "pools", "glmops_topologies"),
+                     f"pools need {need} hosts ({roles} replicas; on cpu hardware a replica takes a whole host) and share "
+                     f"{_few(shared)}, but their hosts {_few(sorted(union))} are {len(union)}; accepted: <= {len(union)} replicas",
+                     "give each pool its own hosts")
     if not cpu and len(dep.pools) > 1:
         shared = set(_pool_hosts(dep, dep.pools[0]))
         for pool in dep.pools[1:]:

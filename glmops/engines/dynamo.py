@@ -510,7 +510,7 @@ def _check_absent(dep: Deployment, facts: RuleFacts, out: list[Problem]) -> None
 SPEC = EngineSpec(
     name=ENGINE, module=sys.modules[__name__], order=40,
     front_doors=(FrontDoor(ENGINE, router, ("dynamo-frontend",), FRONTEND_OWNED, order=40,
-                           kv_events=lambda policy: policy_mode(policy) == "kv", kv_routing=True,
+                           kv_events=lambda policy: policy_mode(policy) == "kv", kv_routing=True, policy_key=ENGINE,
                            instances=registered),),
     agg_front=ENGINE, disagg_front=ENGINE, front_always=True,
     backend=rules_backend, flag_sets=_flag_sets,

@@ -120,6 +120,6 @@ def test_ansible_module_downloads_and_reports_on_localhost(tmp_path):
         prog, _ = module(action="progress", progress_file=str(tmp_path / "progress.json"))
         assert prog["state"] == "done" and prog["finished"] and prog["bytes_done"] == sum(map(len, files.values()))
         hub.set_faults([{"kind": "tree_wrong_size", "delta": 2 ** 50, "path": "model.safetensors"}])
-        bad, text = module(**dict(args, local_dir=str(tmp_path / "other")))
+        bad, text = module(**dict(args, local_dir=str(tmp_path / "models" / "other")))  # fresh, below model_dir
         assert "FAILED!" in text and bad["code"] == "F10_DISK" and bad["needed"] > bad["available"], text
         assert "needed" in bad["msg"] and "available" in bad["msg"]

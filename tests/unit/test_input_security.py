@@ -487,3 +487,267 @@ def test_a_vault_value_is_secret_wherever_it_lands(tmp_path, monkeypatch):
     problems = _problems(inv)
     assert [p.code for p in problems] == ["SECRET_IN_ARGV"], problems
     assert all("innocentLookingValue42" not in str(p) for p in problems)
+
+
+# ------------------------------------------------ 8. one machine, one booking (issue 20, the rest)
+
+
+def _agg_b200(tp: int = 8, replicas: int = 2) -> dict:
+    return vllm_b200_disagg(glmops_topology="agg",
+                            glmops_topologies={"agg": {"pools": {"agg": {"tp": tp, "replicas": replicas}}}})
+
+
+def _lab_hosts(**extra) -> dict:
+    hosts = {"lab-1": {"ansible_host": "10.77.0.11"}, "lab-2": {"ansible_host": "10.77.0.12"}}
+    for name, hv in extra.items():
+        hosts.setdefault(name, {}).update(hv)
+    return hosts
+
+
+@pytest.mark.parametrize("hosts", [
+    {"gpu-a": {"ansible_host": "10.0.0.11"}, "gpu-a2": {"ansible_host": "10.0.0.11"}},  # one machine, two names
+    {"10.0.0.11": {}, "gpu-a2": {"ansible_host": "10.0.0.11"}},  # the name is the other's address
+    {"gpu-a": {"ansible_host": "GPU-A.example"}, "gpu-a2": {"ansible_host": "gpu-a.example"}},  # DNS is case-blind
+])
+def test_one_machine_listed_twice_is_refused_naming_both_entries(tmp_path, hosts):
+    inv = write_inventory(tmp_path / "inv", _agg_b200(), hosts=hosts)
+    problems = _problems(inv)
+    dup = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    first, second = list(hosts)
+    assert len(dup) == 1, problems
+    msg = dup[0].message
+    assert f"hosts {first} ({inv}/hosts.yml:{first}) and {second} ({inv}/hosts.yml:{second})" in msg, msg
+    address = (hosts[second].get("ansible_host") or second).lower()
+    assert f"address {address}" in msg and "GPUs [0, 1, 2, 3, 4, 5, 6, 7]" in msg and "accepted:" in msg
+    assert dup[0].path == f"{inv}/hosts.yml:{second}"
+
+
+def test_one_address_with_overlapping_gpus_names_the_hosts_address_and_gpu_ids(tmp_path):
+    hosts = {"gpu-a": {"ansible_host": "10.0.0.11", "glmops_gpus": [0, 1, 2, 3]},
+             "gpu-b": {"ansible_host": "10.0.0.11", "glmops_gpus": [2, 3, 4, 5]}}
+    problems = _problems(write_inventory(tmp_path / "inv", _agg_b200(tp=2, replicas=4), hosts=hosts))
+    [dup] = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    assert "hosts gpu-a (" in dup.message and ") and gpu-b (" in dup.message
+    assert "address 10.0.0.11" in dup.message and "both book GPUs [2, 3] there" in dup.message, dup.message
+
+
+@pytest.mark.parametrize("hosts", [
+    # two slices of one 8-GPU node under two names (glmops models GPUs per inventory host)
+    {"gpu-a": {"ansible_host": "10.0.0.11", "glmops_gpus": [0, 1, 2, 3]},
+     "gpu-b": {"ansible_host": "10.0.0.11", "glmops_gpus": [4, 5, 6, 7]}},
+    # one address, two sshd ports: two machines behind one NAT
+    {"gpu-a": {"ansible_host": "10.0.0.11", "ansible_port": 2201},
+     "gpu-b": {"ansible_host": "10.0.0.11", "ansible_port": 2202}},
+])
+def test_one_address_without_a_shared_gpu_is_accepted(tmp_path, hosts):
+    inv = write_inventory(tmp_path / "inv", _agg_b200(tp=4, replicas=2), hosts=hosts)
+    assert _problems(inv) == []
+
+
+def test_a_router_named_twice_on_a_worker_s_machine_books_no_gpu(tmp_path):
+    gv = _agg_b200(tp=8, replicas=1)
+    gv["glmops_topologies"]["agg"]["router"] = {"kind": "vllm-router", "host": "front", "port": 8000}
+    inv = write_inventory(tmp_path / "inv", gv, groups={"glmops_routers": ["front"]},
+                          host_vars={"front": {"ansible_host": "10.0.0.11"}})
+    assert [p for p in _problems(inv) if p.code == "DUPLICATE_HOST"] == []
+
+
+def test_two_names_of_one_lab_machine_are_refused_on_cpu_hardware(tmp_path):
+    hosts = _lab_hosts(**{"lab-2": {"ansible_host": "10.77.0.11"}})
+    problems = _problems(write_inventory(tmp_path / "inv", _lab_disagg(), hosts=hosts,
+                                         groups={"glmops_routers": ["lab-3"]}))
+    [dup] = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    assert "hosts lab-1 (" in dup.message and "address 10.77.0.11" in dup.message
+    assert "whole machine" in dup.message and "disjoint glmops_gpus" not in dup.message
+
+
+# ------------------------------------------------------------ 9. GPU checks on the lab's cpu hardware
+
+
+def _lab_disagg() -> dict:
+    gv = yaml.safe_load((REPO / "inventories" / "lab" / "group_vars" / "all.yml").read_text())
+    gv["glmops_topology"] = "disagg"
+    return gv
+
+
+@pytest.mark.parametrize("gpus,needle", [
+    ([0], "indices [0] outside CPU (lab)'s GPUs (it has none)"),
+    ([0, 0, 3], "indices [0, 3] outside CPU (lab)'s GPUs (it has none), duplicates [0]"),
+])
+def test_glmops_gpus_on_cpu_hardware_are_out_of_range(tmp_path, gpus, needle):
+    hosts = _lab_hosts(**{"lab-1": {"glmops_gpus": gpus}})
+    problems = _problems(write_inventory(tmp_path / "inv", _lab_disagg(), hosts=hosts,
+                                         groups={"glmops_routers": ["lab-3"]}))
+    bad = [p for p in problems if p.code == "GPU_INDEX"]
+    assert len(bad) == 1 and needle in bad[0].message and "accepted: no glmops_gpus" in bad[0].message, problems
+    assert bad[0].path.endswith("lab-1.glmops_gpus")
+
+
+def test_pool_gpus_on_cpu_hardware_are_out_of_range(tmp_path):
+    gv = _lab_disagg()
+    gv["glmops_topologies"]["disagg"]["pools"]["prefill"]["gpus"] = [0, 1]
+    problems = _problems(write_inventory(tmp_path / "inv", gv, hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]}))
+    bad = [p for p in problems if p.code == "GPU_INDEX"]
+    assert len(bad) == 1 and "pool prefill gpus [0, 1]" in bad[0].message and "(it has none)" in bad[0].message
+    assert bad[0].path.endswith("pools.prefill.gpus")
+
+
+def test_more_cpu_replicas_than_hosts_is_one_count_problem(tmp_path):
+    gv = _cpu_lab(glmops_topologies={"agg": {"pools": {"agg": {"replicas": 5, "hosts": ["lab-1", "lab-2"], "port": 8001}}}})
+    problems = _problems(write_inventory(tmp_path / "inv", gv, hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]}))
+    assert _codes(problems) == ["GPU_COUNT"], problems  # one per cause, no PLACEMENT per replica
+    assert "pool agg replicas 5 need 5 hosts" in problems[0].message and "accepted: replicas <= 2" in problems[0].message
+
+
+def test_two_cpu_pools_on_one_host_book_it_twice(tmp_path):
+    gv = _lab_disagg()
+    gv["glmops_topologies"]["disagg"]["pools"]["decode"]["hosts"] = ["lab-1"]
+    problems = _problems(write_inventory(tmp_path / "inv", gv, hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]}))
+    assert _codes(problems) == ["GPU_COUNT"], problems
+    assert "prefill 1 + decode 1" in problems[0].message and "share ['lab-1']" in problems[0].message
+    assert problems[0].path.endswith("pools.decode.hosts")
+
+
+@pytest.mark.parametrize("inventory", ["lab", "lab-dynamo", "lab-dynamo-etcd"])
+@pytest.mark.parametrize("topology", ["agg", "disagg"])
+def test_the_shipped_cpu_lab_inventories_still_pass(inventory, topology):
+    from glmops import planning
+
+    try:
+        planning.load(str(REPO / "inventories" / inventory), topology=topology)
+    except ValidationError as exc:  # a topology the inventory does not define is POOLS, not a GPU check
+        assert not [p for p in exc.problems if p.code.startswith("GPU") or p.code == "DUPLICATE_HOST"], exc.problems
+
+
+# ------------------------------------------------------------------- 10. Dynamo's router policy
+
+
+def _dynamo_lab(policy: str) -> dict:
+    gv = yaml.safe_load((REPO / "inventories" / "lab-dynamo" / "group_vars" / "all.yml").read_text())
+    gv["glmops_topologies"]["agg"]["router"]["policy"] = policy
+    return gv
+
+
+@pytest.mark.parametrize("policy", ["least_busy", "round-robin-ish", "cache-aware-ish", "consistent_hash"])
+def test_a_router_policy_dynamo_does_not_take_is_refused(tmp_path, policy):
+    inv = write_inventory(tmp_path / "inv", _dynamo_lab(policy), hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]})
+    bad = [p for p in _problems(inv) if p.code == "ROUTER_POLICY"]
+    assert len(bad) == 1 and repr(policy) in bad[0].message and "dynamo" in bad[0].message, bad
+    assert "accepted: round_robin, random, power_of_two, kv_aware" in bad[0].message
+    assert bad[0].path.endswith("router.policy")
+
+
+@pytest.mark.parametrize("policy,mode", [("kv_aware", "kv"), ("power_of_two", "power-of-two"), ("kv", "kv"),
+                                         ("least_loaded", "least-loaded"), ("round_robin", "round-robin")])
+def test_dynamo_router_policies_render_a_mode_the_frontend_takes(tmp_path, policy, mode):
+    from glmops.catalog import flags
+
+    inv = write_inventory(tmp_path / "inv", _dynamo_lab(policy), hosts=_lab_hosts(), groups={"glmops_routers": ["lab-3"]})
+    plan, problems = rules.validate(load_deployment(inv))
+    assert problems == []
+    [front] = [s for s in plan.services if s.role == "frontend"]
+    got = front.argv[front.argv.index("--router-mode") + 1]
+    assert got == mode and got in flags.load("dynamo-frontend").accepted_values("router-mode")
+
+
+def test_dynamo_policies_in_the_catalog_match_the_frontend_s_router_modes():
+    """Every policy the catalog lists spells a --router-mode choice of the 1.6.1 frontend's option
+    list, and every choice is reachable from one (the two lists cannot drift apart)."""
+    from glmops import catalog
+    from glmops.catalog import flags
+    from glmops.engines import dynamo
+
+    choices = set(flags.load("dynamo-frontend").accepted_values("router-mode"))
+    policies = catalog.load().engine("dynamo")["policies"]
+    assert {dynamo.policy_mode(p) for p in policies} == choices
+
+
+# ------------------------------------------- 11. files the checkpoint and generation scripts write
+
+
+def test_checkpoint_local_dir_stays_below_model_dir():
+    from glmops import checkpoint as ck
+
+    assert ck.check_inputs("org/name", None, f"/models/org/name/{REV}", model_dir="/models") == []
+    assert ck.check_inputs("org/name", None, "/models/../etc/cron.d", model_dir="/models") == [
+        "local_dir '/models/../etc/cron.d' has '.', '..' or empty segments; accepted: a normalized absolute path"]
+    assert ck.check_inputs("org/name", None, "/etc/cron.d", model_dir="/models") == [
+        "local_dir '/etc/cron.d' is not below model_dir '/models'; accepted: <model_dir>/<owner>/<name>/..."]
+    with pytest.raises(ck.CheckpointError, match="not below model_dir"):
+        ck.download("org/name", REV, "/modelsx/org/name", model_dir="/models", dry_run=True)
+
+
+@pytest.mark.parametrize("path", ["../../../etc/cron.d/x", "/etc/cron.d/x", "a/./b", "a//b", "dir/.."])
+def test_a_hub_listing_cannot_place_a_file_outside_the_snapshot(monkeypatch, path):
+    from types import SimpleNamespace
+
+    from glmops import checkpoint as ck
+
+    entry = SimpleNamespace(path=path, size=1, blob_id="0" * 40, lfs=None)
+    api = SimpleNamespace(list_repo_tree=lambda *a, **k: [entry], model_info=lambda *a, **k: SimpleNamespace(sha=REV))
+    monkeypatch.setattr(ck, "_api", lambda endpoint, token: api)
+    with pytest.raises(ck.CheckpointError) as err:
+        ck.resolve("org/name", REV)
+    assert err.value.code == "HUB" and repr(path) in err.value.message and "outside" in err.value.message
+    with pytest.raises(ck.CheckpointError, match="outside"):  # a manifest handed over for a peer copy
+        ck.Manifest.from_dict({"repo": "org/name", "commit": REV, "files": [{"path": path, "size": 1}]})
+
+
+def test_a_symlink_in_the_snapshot_cannot_redirect_a_file(tmp_path):
+    from glmops import checkpoint as ck
+
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "snap" / "sub").symlink_to(tmp_path / "elsewhere")
+    assert ck.inside(str(tmp_path / "snap"), "a/b.json") == str(tmp_path / "snap" / "a" / "b.json")
+    manifest = ck.Manifest("org/name", REV, [ck.HubFile("a.json", 1, "0" * 40), ck.HubFile("sub/x", 1, "0" * 40)])
+    with pytest.raises(ck.CheckpointError, match=r"'sub/x' resolves to .*/elsewhere/x, outside"):
+        ck.fetch_files("org/name", manifest, str(tmp_path / "snap"), "http://127.0.0.1:9", None, stall_timeout_s=0)
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and sorted(p.name for p in (tmp_path / "snap").iterdir()) == ["sub"]
+
+
+def _generation(*args: str) -> tuple[int, dict]:
+    script = REPO / "roles" / "generation" / "files" / "glmops_generation.py"
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _b64(doc: dict) -> str:
+    import base64
+
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+def test_a_generation_manifest_cannot_copy_outside_its_generation(tmp_path):
+    import hashlib
+
+    target = tmp_path / "outside" / "x.env"
+    target.parent.mkdir()
+    target.write_bytes(b"A=1\n")
+    gen = tmp_path / "state" / "_records" / "dep" / "generations"
+    depth = len(Path(str(gen)).parts)  # climbs from <gen>/.N.tmp/files/ up to / and back down to target
+    sneaky = "/" + "/".join([".."] * (depth + 2)) + str(target)
+    files = [{"path": sneaky, "sha256": hashlib.sha256(b"A=1\n").hexdigest(), "mode": "0600", "owner": "root",
+              "group": "root", "unit": "u.service"}]
+    rc, out = _generation("record", "--dir", str(gen), "--number", "1",
+                          "--manifest", _b64({"plan_hash": "h", "files": files, "units": [{"unit": "u.service"}]}))
+    assert rc == 1 and "not normalized absolute paths" in out["msg"] and repr(sneaky) in out["msg"], out
+    assert not (gen / "1").exists() and sorted(p.name for p in target.parent.iterdir()) == ["x.env"]
+
+
+def test_a_stored_generation_with_a_dot_dot_path_is_not_restored(tmp_path):
+    import hashlib
+
+    gen = tmp_path / "gen"
+    (gen / "1" / "files" / "etc").mkdir(parents=True)
+    (gen / "1" / "files" / "etc" / "x.env").write_bytes(b"A=1\n")
+    escape = tmp_path / "escaped"
+    manifest = {"number": 1, "plan_hash": "h", "units": [{"unit": "u.service"}],
+                "files": [{"path": f"{tmp_path}/gen/1/files/etc/../../../../escaped", "unit": "u.service", "mode": "0600",
+                           "owner": "root", "group": "root", "sha256": hashlib.sha256(b"A=1\n").hexdigest()}]}
+    (gen / "1" / "manifest.json").write_text(json.dumps(manifest))
+    for d in (tmp_path, gen, gen / "1"):
+        d.chmod(0o700)
+    rc, out = _generation("restore", "--dir", str(gen), "--to", "1")
+    assert rc == 1 and "not normalized absolute paths" in out["msg"], out
+    assert not escape.exists()

@@ -34,6 +34,9 @@ Every subcommand prints one JSON document.
       the same current generation, else the highest number on any host + 1.
       -> {"number": N, "same": bool}
 
+Every manifest file path must be a normalized absolute path (no ``.``/``..`` segment) and each
+copy resolves under ``<N>/files/`` (symlinks followed), else exit 1 before anything is written.
+
 Exit 0 ok, 1 a check failed (message on stdout as {"failed": true, "msg": ...}).
 """
 from __future__ import annotations
@@ -135,6 +138,26 @@ def write_atomic(path: str, data: bytes, mode: int, owner: str, group: str) -> N
         raise
 
 
+def checked_paths(manifest: dict) -> None:
+    """Raise Failure unless every file path of ``manifest`` is absolute and normalized (no
+    ``.``/``..``/empty segment, no NUL): the copy under ``files/`` and the restore target are
+    both built from it, so a ``..`` would leave the generation directory or the Plan's roots."""
+    bad = [str(f.get("path")) for f in manifest.get("files", [])
+           if not isinstance(f.get("path"), str) or not f["path"].startswith("/") or "\0" in f["path"]
+           or any(part in ("", ".", "..") for part in f["path"][1:].split("/"))]
+    if bad:
+        raise Failure("not using a manifest whose file paths are not normalized absolute paths: "
+                      + ", ".join(repr(b) for b in bad[:5]) + "; accepted: /dir/file without '.' or '..' segments")
+
+
+def under(root: str, path: str) -> str:
+    """``path`` when it resolves (symlinks followed) inside ``root``, else Failure."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if real != top and not real.startswith(top.rstrip("/") + "/"):
+        raise Failure(f"{path} resolves to {real}, outside {root}: not writing there")
+    return path
+
+
 def identity(manifest: dict) -> list:
     """What makes two generations the same: the Plan hash and every file's hash/mode/owner."""
     return [manifest.get("plan_hash"),
@@ -178,6 +201,7 @@ def cmd_record(args) -> dict:
     manifest = json.loads(base64.b64decode(args.manifest))
     manifest["number"] = args.number
     manifest["recorded_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    checked_paths(manifest)
     bad = []
     for f in manifest["files"]:
         got = sha256(f["path"], f.get("ifname_env") or ())
@@ -209,7 +233,7 @@ def cmd_record(args) -> dict:
             st = os.stat(f["path"])
             with open(f["path"], "rb") as fh:
                 data = fh.read()
-            dest = os.path.join(stage, "files", f["path"].lstrip("/"))
+            dest = under(os.path.join(stage, "files"), os.path.join(stage, "files", f["path"].lstrip("/")))
             os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
             write_atomic(dest, data, st.st_mode & 0o7777, "root", "root")
             f["mode"] = f"{st.st_mode & 0o7777:04o}"
@@ -247,10 +271,12 @@ def cmd_restore(args) -> dict:
             raise Failure(f"generation {target} is not recorded on this host; recorded: "
                           f"{', '.join(map(str, have))}")
     manifest = read_manifest(args.dir, target)
+    checked_paths(manifest)
     files = [f for f in manifest["files"] if not args.units or f.get("unit") in args.units]
     changed, restart = [], []
     for f in files:
-        src = os.path.join(args.dir, str(target), "files", f["path"].lstrip("/"))
+        src = under(os.path.join(args.dir, str(target), "files"),
+                    os.path.join(args.dir, str(target), "files", f["path"].lstrip("/")))
         st = os.stat(f["path"]) if os.path.exists(f["path"]) else None
         same = (sha256(f["path"], f.get("ifname_env") or ()) == f["sha256"] and st is not None
                 and f"{st.st_mode & 0o7777:04o}" == f["mode"] and owner_of(st) == (f["owner"], f["group"]))
@@ -269,6 +295,7 @@ def cmd_restore(args) -> dict:
     if not args.units and cur is not None and cur != target and cur in have:
         keep = {f["path"] for f in manifest["files"]}
         old = read_manifest(args.dir, cur)
+        checked_paths(old)
         mine = {u["unit"] for u in manifest.get("units", [])}
         remove_units = [u["unit"] for u in old.get("units", []) if u["unit"] not in mine]
         for f in old["files"]:
