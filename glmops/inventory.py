@@ -899,15 +899,49 @@ def _parse(inventory_path: str) -> tuple[Any, Any]:
     return inventory, loader
 
 
+def _check_vault_files(inventory_path: str, where: str, loader: Any) -> None:
+    """Raise ValidationError (code VAULT, one problem per file, all at once) for each
+    Vault-encrypted file of the inventory that the run's secrets (``loader``'s:
+    ``--vault-id``/``--vault-password-file``/``ANSIBLE_VAULT_*``) cannot decrypt, so a run fails
+    before ansible-playbook reads the inventory (which would stop with its bare "Decryption
+    failed", naming no file)."""
+    from ansible.errors import AnsibleError
+
+    problems = []
+    for file, _source in _inventory_files(inventory_path, where):
+        try:
+            with open(file, "rb") as fh:
+                encrypted = fh.read(64).lstrip().startswith(b"$ANSIBLE_VAULT")
+            if encrypted:
+                loader.load_from_file(os.path.abspath(file), cache="none")
+        except AnsibleError as exc:
+            shown = _display_path(file)
+            chain, cause = [], exc
+            while cause is not None and len(chain) < 5:
+                chain.append(_first_line(cause))
+                cause = cause.__cause__ or cause.__context__
+            why = next((line for line in chain if "crypt" in line.lower() or "vault" in line.lower()), chain[0])
+            problems.append(Problem(
+                "VAULT", shown, f"cannot decrypt this file: {why}; accepted: files encrypted with a "
+                "secret given by --vault-id, --vault-password-file, --ask-vault-pass or ANSIBLE_VAULT_PASSWORD_FILE",
+                "pass the Vault password the file was encrypted with"))
+        except OSError:
+            continue  # unreadable files are preflight's to report
+    if problems:
+        raise ValidationError(problems)
+
+
 def check_run_target(inventory_path: str | os.PathLike[str], limit: str | None) -> list[str]:
     """What a run against ``inventory_path`` with Ansible's ``--limit`` ``limit`` would reach:
     the host names. Raises ValidationError (the CLI exits 2, nothing contacted) for an
-    inventory that cannot be read or has no hosts, an empty ``limit`` (``''`` would mean every
+    inventory that cannot be read or has no hosts, a Vault-encrypted file of it that the run's
+    secrets cannot decrypt (:func:`_check_vault_files`), an empty ``limit`` (``''`` would mean every
     host), a plain host or group name in ``limit`` that the inventory does not have, or a limit
     that matches no host."""
     path = str(inventory_path)
     where = _display_path(path)
-    inventory, _loader = _parse(path)
+    inventory, loader = _parse(path)
+    _check_vault_files(path, where, loader)
     names = list(inventory.hosts)
     if limit is None:
         return names

@@ -307,3 +307,54 @@ def test_unit_that_dies_at_once_fails_the_gate_fast_naming_its_signal(lab, inven
     assert f"--- {unit} on lab-1" in st.stdout and "Start request repeated too quickly" in st.stdout
     _set_agg_env(inventory, {})
     assert D.glmops("destroy", "-i", str(inventory), "--yes").returncode == 0
+
+
+def test_a_vault_encrypted_group_vars_file_deploys_and_its_value_stays_secret(lab, tmp_path, runs_dir):
+    """Issue 15: the layout Ansible's docs recommend (``group_vars/all/`` with an encrypted
+    ``vault.yml`` holding ``vault_*`` values, referenced from the plain file) deploys with
+    ``--vault-password-file``: the engine's environment has the decrypted value; it exists on the
+    host only in a 0600 env file (no unit file, no argv, no ``systemctl show``), and in no output
+    or run artifact on the controller. A wrong password exits 2 naming the file, no host touched."""
+    secret = "s3cr3t-lab-value-7f9c2e41"
+    inv = D.make_inventory(lab, "lab-b200sim", tmp_path / "vaulted", ["lab-1"], [])
+    gv = inv / "group_vars"
+    (gv / "all").mkdir()
+    data = yaml.safe_load((gv / "all.yml").read_text())
+    (gv / "all.yml").unlink()
+    data["glmops_topologies"]["agg"]["pools"]["agg"]["env"] = {"GLMOPS_LAB_TOKEN": "{{ vault_lab_token }}"}
+    (gv / "all" / "main.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (gv / "all" / "vault.yml").write_text(f"vault_lab_token: {secret}\n")
+    pw = tmp_path / "vault-pass"
+    pw.write_text("lab-vault-password\n")
+    pw.chmod(0o600)
+    enc = subprocess.run([str(D.REPO / ".venv" / "bin" / "ansible-vault"), "encrypt", "--vault-password-file", str(pw),
+                          str(gv / "all" / "vault.yml")], capture_output=True, text=True)
+    assert enc.returncode == 0, enc.stderr
+    assert secret not in (gv / "all" / "vault.yml").read_text()
+
+    bad = tmp_path / "wrong-pass"
+    bad.write_text("not-the-password\n")
+    refused = D.glmops("deploy", "-i", str(inv), "--topology", "agg", "--skip-provision", "--skip-smoke",
+                       "--vault-password-file", str(bad), timeout=120)
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert "vault.yml" in refused.stdout + refused.stderr
+
+    D.glmops("destroy", "-i", str(inv), "--yes", "--vault-password-file", str(pw))
+    proc = D.glmops("deploy", "-i", str(inv), "--topology", "agg", "--skip-provision", "--skip-smoke",
+                    "--vault-password-file", str(pw))
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert secret not in proc.stdout + proc.stderr
+    unit = "glm-flash-b200-agg-0.service"
+    environ = D.ssh(lab, "lab-1", f"tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value {unit})/environ").stdout
+    assert f"GLMOPS_LAB_TOKEN={secret}" in environ  # the engine got the decrypted value
+    holders = D.ssh(lab, "lab-1", f"grep -rl -- {secret} /etc /var/lib/glmops /opt/glmops 2>/dev/null").stdout.split()
+    assert holders, "the value is nowhere on the host"
+    for path in holders:  # env files (and their generation copies), each 0600
+        mode = D.ssh(lab, "lab-1", f"stat -c %a {path}").stdout.strip()
+        assert mode == "600" and not path.endswith(".service"), (path, mode)
+    argv = D.ssh(lab, "lab-1", f"tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value {unit})/cmdline; "
+                               f"systemctl show {unit}").stdout
+    assert secret not in argv
+    leaked = subprocess.run(["grep", "-rl", "--", secret, str(runs_dir)], capture_output=True, text=True).stdout
+    assert leaked == "", leaked
+    assert D.glmops("destroy", "-i", str(inv), "--yes", "--vault-password-file", str(pw)).returncode == 0

@@ -111,14 +111,18 @@ def test_a_wrong_or_missing_vault_password_is_exit_2_naming_the_file(tmp_path, p
     wrong.write_text("not-the-password\n")
     flags = {"wrong": ["--vault-password-file", str(wrong)], "missing": [],
              "no-file": ["--vault-password-file", str(tmp_path / "nowhere")]}[case]
-    for verb in (["validate"], ["plan", "--out", str(tmp_path / "out")]):
-        proc = _glmops(*verb, "-i", str(inv), *flags)
+    # deploy plans only in its run's plan play: the run's preflight names the file before
+    # ansible-playbook reads the inventory (which would stop with a bare "Decryption failed", exit 1)
+    for verb in (["validate"], ["plan", "--out", str(tmp_path / "out")], ["deploy", "--skip-provision"],
+                 ["download"]):
+        proc = _glmops(*verb, "-i", str(inv), *flags, GLMOPS_RUNS_DIR=str(tmp_path / "runs"))
         assert proc.returncode == 2, (case, proc.stdout, proc.stderr)
         _no_traceback(proc)
         said = proc.stdout + proc.stderr
         named = "nowhere" if case == "no-file" else "vault.yml"
         assert named in said and "[VAULT]" in said, said
         assert not (tmp_path / "out").exists()
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no run started
 
 
 def test_an_inline_vault_value_without_its_password_names_the_variable(tmp_path, pw):
