@@ -186,6 +186,33 @@ def test_catalog_vllm_names_are_in_the_vllm_wheel():
         assert name in declared or name.removesuffix("_total") in declared, name
 
 
+def test_catalog_router_names_are_in_the_router_wheel():
+    """The catalog's vllm-router names against the strings of vllm_router_rs in the lab's 0.1.17
+    wheel (when built): the metrics crate registers each name as a string constant."""
+    wheels = sorted((Path.home() / ".cache/glmops/wheelhouse/router").glob("vllm_router-0.1.17-*.whl"))
+    if not wheels:
+        pytest.skip("lab wheelhouse not built")
+    with zipfile.ZipFile(wheels[0]) as zf:
+        data = b"".join(zf.read(n) for n in zf.namelist() if n.endswith(".so"))
+    names = monitoring.known_metrics("vllm_router")
+    assert "vllm_router_pd_requests_total" in names
+    missing = [n for n in names if n.encode() not in data]
+    assert not missing, missing
+
+
+def test_router_request_panels_count_pd_mode_too():
+    """vllm-router in PD mode counts under vllm_router_pd_requests_total only: every dashboard
+    expression reading the router's request counter reads both names."""
+    seen = 0
+    for fam, board in monitoring.dashboards().items():
+        for expr in monitoring.dashboard_exprs(board):
+            names = monitoring.metric_names(expr)
+            if names & {"vllm_router_requests_total", "vllm_router_pd_requests_total"}:
+                seen += 1
+                assert {"vllm_router_requests_total", "vllm_router_pd_requests_total"} <= names, (fam, expr)
+    assert seen
+
+
 @needs_promtool
 def test_promtool_checks_the_rules_and_the_dashboard_expressions(tmp_path):
     shutil.copy(monitoring.RULES, tmp_path / "glmops-alerts.yml")
