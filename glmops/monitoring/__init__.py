@@ -74,8 +74,13 @@ def exporter(name: str) -> dict[str, Any]:
 
 
 def _labels(dep: Deployment, svc: Service) -> dict[str, str]:
-    pool = svc.role if svc.role in WORKER_ROLES else "router"
-    return {"deployment": dep.name, "host": svc.host, "role": svc.role, "pool": pool, "engine": svc.engine,
+    """A service target's labels; a discovery store member's ``role`` is its engine (``etcd``),
+    its ``pool`` ``store``."""
+    if svc.role == "store":
+        role, pool = svc.engine, "store"
+    else:
+        role, pool = svc.role, svc.role if svc.role in WORKER_ROLES else "router"
+    return {"deployment": dep.name, "host": svc.host, "role": role, "pool": pool, "engine": svc.engine,
             "replica": str(svc.replica), "service": svc.name}
 
 

@@ -92,6 +92,21 @@ def test_targets_with_exporters_and_bad_monitoring_input(tmp_path):
     assert proc.returncode == 2 and "prometheus port 8000 on lab-3 is also glm-lab-router's" in proc.stderr + proc.stdout
 
 
+def test_every_etcd_member_is_a_target_on_its_client_url():
+    """Dynamo across hosts: each member of the discovery store is scraped on its client URL's
+    /metrics (etcd v3.4 serves it there), labelled role etcd, pool store."""
+    groups = json.loads(run("targets", "-i", str(REPO / "inventories/lab-dynamo-etcd")).stdout)
+    etcd = [g for g in groups if g["labels"]["engine"] == "etcd"]
+    assert [(g["targets"], g["labels"]["role"], g["labels"]["pool"], g["labels"]["__metrics_path__"])
+            for g in etcd] == [(["10.77.0.13:2379"], "etcd", "store", "/metrics")]
+    plan = json.loads(run("plan", "-i", str(REPO / "inventories/lab-dynamo-etcd"), "--format", "json").stdout)
+    member = next(s for s in plan["services"] if s["engine"] == "etcd")
+    argv = member["argv"]
+    # the target is the address the member really listens on for clients
+    assert argv[argv.index("--listen-client-urls") + 1] + "/metrics" == member["metrics_url"]
+    assert member["metrics_url"] == "http://10.77.0.13:2379/metrics"
+
+
 def test_plan_out_writes_the_targets_and_the_prometheus_host_files(tmp_path):
     inv = lab_inventory(tmp_path, {"enabled": True, "host": "lab-3", "ttft_p99_slo_ms": 1500})
     out = tmp_path / "out"
@@ -157,7 +172,7 @@ def _all_exprs() -> list[tuple[str, str]]:
 
 def test_every_expression_uses_metric_names_the_catalog_cites():
     known = set(BUILTIN)
-    for engine in ("vllm", "vllm_router", "sglang", "sglang_router", "trtllm", "dynamo",
+    for engine in ("vllm", "vllm_router", "sglang", "sglang_router", "trtllm", "dynamo", "etcd",
                    "node_exporter", "dcgm_exporter"):
         known |= monitoring.known_metrics(engine)
     for where, expr in _all_exprs():
@@ -237,7 +252,8 @@ def test_promtool_unit_tests_fire_worker_down_kv_full_and_the_slo(tmp_path):
     (tmp_path / "slo-lab.yml").write_text(monitoring.slo_rules(dep))
     tests = yaml.safe_load(monitoring.RULE_TESTS.read_text())
     fired = {t["alertname"] for case in tests["tests"] for t in case["alert_rule_test"] if t["exp_alerts"]}
-    assert {"GlmopsWorkerDown", "GlmopsKVCacheNearFull", "GlmopsTTFTp99AboveSLO", "GlmopsUnitRestartLoop"} <= fired
+    assert {"GlmopsWorkerDown", "GlmopsKVCacheNearFull", "GlmopsTTFTp99AboveSLO", "GlmopsUnitRestartLoop",
+            "GlmopsEtcdMemberDown", "GlmopsEtcdNoLeader", "GlmopsGPUXidError"} <= fired
     proc = subprocess.run([PROMTOOL, "test", "rules", monitoring.RULE_TESTS.name], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
@@ -247,6 +263,14 @@ def test_promtool_unit_tests_fire_worker_down_kv_full_and_the_slo(tmp_path):
     proc = subprocess.run([PROMTOOL, "test", "rules", monitoring.RULE_TESTS.name], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "GlmopsKVCacheNearFull" in proc.stdout + proc.stderr
+    # the GPU and etcd alerts select their exporters' targets by role: another role name fires nothing
+    for old, new, alert in (('role="dcgm"}', 'role="exporter"}', "GlmopsGPUXidError"),
+                            ('etcd_server_has_leader{job="glmops", role="etcd"}',
+                             'etcd_server_has_leader{job="glmops", role="store"}', "GlmopsEtcdNoLeader")):
+        (tmp_path / "glmops-alerts.yml").write_text(monitoring.RULES.read_text().replace(old, new))
+        proc = subprocess.run([PROMTOOL, "test", "rules", monitoring.RULE_TESTS.name], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and alert in proc.stdout + proc.stderr, alert
 
 
 # ------------------------------------------------------------------ live numbers
