@@ -425,3 +425,39 @@ def test_each_changed_unit_file_restarts_only_its_own_service():
     restarts = [h["ansible.builtin.systemd_service"]["name"] for h in handlers.values()
                 if h["ansible.builtin.systemd_service"]["state"] == "restarted"]
     assert len(set(restarts)) == len(restarts) == 3  # one service per restart handler
+
+
+def test_the_monitoring_plays_hand_every_required_role_option_from_the_plan_view(tmp_path):
+    """playbooks/plays/monitoring.yml: each include_role's vars, rendered against the plan view
+    (glmops.monitoring.view) for a host of the play, give every option the entry point's
+    argument_specs require, of its type, and nothing the spec does not declare."""
+    import jinja2.nativetypes
+
+    from glmops import planning
+
+    inv = b200_inventory(tmp_path, {"enabled": True, "node_exporter": True, "dcgm_exporter": True,
+                                    "dcgm_exporter_archive": DCGM_ARCHIVE})
+    planned = planning.load(str(inv))
+    view = monitoring.view(planned.deployment, planned.plan)
+    specs = yaml.safe_load((REPO / "roles/monitoring/meta/argument_specs.yml").read_text())["argument_specs"]
+    env = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined)
+    types = {"str": str, "path": str, "int": int, "list": list, "dict": dict, "bool": bool}
+    seen = set()
+    for play in yaml.safe_load((REPO / "playbooks/plays/monitoring.yml").read_text()):
+        for task in play["tasks"]:
+            inc = task["ansible.builtin.include_role"]
+            entry = inc.get("tasks_from", "main")
+            hosts = {"node_exporter": view["node_exporter"], "dcgm_exporter": view["dcgm_exporter"],
+                     "main": view["hosts"]}[entry]
+            assert hosts == ["b200-node-0"], (entry, hosts)
+            options = specs[entry]["options"]
+            got = {}
+            for key, expr in task["vars"].items():
+                got[key] = env.from_string(expr).render(glmops_monitoring=view, inventory_hostname=hosts[0])
+            assert set(got) <= set(options), (entry, set(got) - set(options))
+            required = {k for k, o in options.items() if o.get("required")}
+            assert required <= set(got), (entry, required - set(got))
+            for key, value in got.items():
+                assert isinstance(value, types[options[key]["type"]]), (entry, key, type(value))
+            seen.add(entry)
+    assert seen == {"node_exporter", "dcgm_exporter", "main"}
