@@ -230,7 +230,8 @@ _HOST_DIR = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
 
 def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[Path]:
     """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes, the
-    Prometheus host's (``glmops_monitoring.enabled``) and ``OUT/_monitoring/file_sd/glmops-<dep>.json``.
+    Prometheus host's (``glmops_monitoring.enabled``), the exporters' units and drop-ins
+    (glmops.monitoring.exporter_files) and ``OUT/_monitoring/file_sd/glmops-<dep>.json``.
     Returns the written paths. Every file is rendered and every target path resolved
     (symlinks followed) before the first is written; a path that would land outside
     ``OUT/<host>`` or a host name that is not one (``/``, ``../..``) is refused with
@@ -240,6 +241,8 @@ def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[
     rendered = [(host, f) for host in plan.hosts for f in host_files(dep, plan, host)]
     mon = monitoring.settings(dep)
     rendered += [(mon["host"], RenderedFile(p, c, m)) for p, c, m in monitoring.host_files(dep, plan)]
+    # the exporters' units and hardening drop-ins (node exporter, Prometheus, DCGM exporter)
+    rendered += [(h, RenderedFile(p, c, m)) for h, p, c, m in monitoring.exporter_files(dep, plan)]
     # the scrape targets for a Prometheus of your own (glmops targets prints the same)
     rendered.append((MONITORING_DIR, RenderedFile(f"/file_sd/{monitoring.file_sd_name(dep)}",
                                                   monitoring.targets_json(dep, plan))))

@@ -318,8 +318,14 @@ MONITORING_KEYS: dict[str, Var] = {
     "scrape_interval": Var("str", "Prometheus scrape and rule evaluation interval.", default="15s"),
     "node_exporter": Var("bool", "Debian's `prometheus-node-exporter` on every host of the deployment, a scrape target "
                          "(role `exporter`).", default=False),
-    "dcgm_exporter": Var("bool", "NVIDIA's DCGM exporter on every GPU host, a scrape target (role `exporter`).",
+    "dcgm_exporter": Var("bool", "NVIDIA's DCGM exporter (catalog `monitoring.dcgm_exporter`) on every NVIDIA GPU host "
+                         "of the Plan, as a hardened unit on the host's address, a scrape target (role `dcgm`); "
+                         "needs DCGM's host engine (`nvidia-dcgm.service`) on the host and `dcgm_exporter_archive`.",
                          default=False),
+    "dcgm_exporter_archive": Var("str", "Path on the controller to NVIDIA's bare-metal DCGM-Exporter archive "
+                                 "`dcgm_exporter-linux-<x86-64|sbsa>-<version>.tar.gz` at the catalog's version "
+                                 "(`monitoring.dcgm_exporter.version`); unpacked under `/opt/glmops/dcgm-exporter/`.",
+                                 default="", shape="path"),
     "ttft_p99_slo_ms": Var("int", "Alert GlmopsTTFTp99AboveSLO fires when TTFT p99 stays above this.", default=2000),
 }
 

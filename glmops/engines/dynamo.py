@@ -168,7 +168,8 @@ def stores(ctx: Ctx, workers: list[Service]) -> list[Service]:
     front door's host when a plane is NATS. Each binds its client and peer ports to the
     host's inventory address only (never 0.0.0.0), keeps its data in the deployment's state
     dir (``<state_dir>/<dep>/etcd-<member>``) and is gated on its own health URL (etcd
-    ``/health``, NATS ``/healthz``). Debian packages ``etcd-server`` / ``nats-server``
+    ``/health``, NATS ``/healthz``); an etcd member's ``metrics_url`` is its client URL's
+    ``/metrics`` (catalog ``engines.etcd.metrics``), a scrape target. Debian packages ``etcd-server`` / ``nats-server``
     (catalog ``engines.etcd`` / ``engines.nats``)."""
     dep = ctx.dep
     out: list[Service] = []
@@ -190,7 +191,8 @@ def stores(ctx: Ctx, workers: list[Service]) -> list[Service]:
             out.append(Service(
                 name=names[h], host=h, role=ROLE_STORE, engine="etcd", address=addr, port=client, ports=ports,
                 argv=argv, env={}, health_url=base.url(addr, client, str(etcd.get("health_path") or "/health")),
-                ready_url="", start_order=base.ORDER_STORE, replica=i, runtime="venv"))
+                ready_url="", metrics_url=base.metrics_url("etcd", addr, ports),
+                start_order=base.ORDER_STORE, replica=i, runtime="venv"))
     if uses_nats(dep):
         nats = CATALOG.engine("nats")
         h = ctx.front_host

@@ -3,7 +3,9 @@ Grafana dashboards, the live numbers ``glmops status`` shows.
 
 Every Plan service with a ``metrics_url`` (catalog ``engines.<engine>.metrics``: where each
 engine serves Prometheus text at the pinned version, with its source) is one scrape target;
-so is each host's node exporter / DCGM exporter when ``glmops_monitoring`` turns them on.
+so is each host's node exporter (role ``exporter``) / DCGM exporter (role ``dcgm``) when
+``glmops_monitoring`` turns them on, and each etcd member of a Dynamo discovery store (role ``etcd``).
+:func:`exporter_files` are the exporters' units and drop-ins (the engine units' hardening).
 
 * :func:`targets` -> Prometheus ``file_sd`` target groups (a JSON list), one group per
   target, labels ``deployment host role pool engine replica service`` plus
@@ -74,8 +76,13 @@ def exporter(name: str) -> dict[str, Any]:
 
 
 def _labels(dep: Deployment, svc: Service) -> dict[str, str]:
-    pool = svc.role if svc.role in WORKER_ROLES else "router"
-    return {"deployment": dep.name, "host": svc.host, "role": svc.role, "pool": pool, "engine": svc.engine,
+    """A service target's labels; a discovery store member's ``role`` is its engine (``etcd``),
+    its ``pool`` ``store``."""
+    if svc.role == "store":
+        role, pool = svc.engine, "store"
+    else:
+        role, pool = svc.role, svc.role if svc.role in WORKER_ROLES else "router"
+    return {"deployment": dep.name, "host": svc.host, "role": role, "pool": pool, "engine": svc.engine,
             "replica": str(svc.replica), "service": svc.name}
 
 
@@ -97,20 +104,113 @@ def targets(dep: Deployment, plan: Plan) -> list[dict[str, Any]]:
         labels = _labels(dep, svc)
         labels["__metrics_path__"] = path
         groups.append({"targets": [hostport], "labels": labels})
-    mon = settings(dep)
-    for name, wanted in (("node_exporter", mon["node_exporter"]), ("dcgm_exporter", mon["dcgm_exporter"])):
-        if not wanted:
-            continue
+    for name, role in (("node_exporter", "exporter"), ("dcgm_exporter", "dcgm")):
         spec = exporter(name)
-        for host in plan.hosts:
-            hs = dep.hosts[host]
-            if name == "dcgm_exporter" and _catalog().hardware(hs.hardware or dep.hardware).get("vendor") != "nvidia":
-                continue
-            addr = f"[{hs.address}]" if ":" in hs.address else hs.address
-            groups.append({"targets": [f"{addr}:{spec['port']}"], "labels": {
-                "deployment": dep.name, "host": host, "role": "exporter", "pool": "host", "engine": name,
+        for host in exporter_hosts(dep, plan, name):
+            groups.append({"targets": [_listen(dep.hosts[host].address, int(spec["port"]))], "labels": {
+                "deployment": dep.name, "host": host, "role": role, "pool": "host", "engine": name,
                 "replica": "0", "service": name, "__metrics_path__": "/metrics"}})
     return groups
+
+
+def exporter_hosts(dep: Deployment, plan: Plan, name: str) -> list[str]:
+    """Hosts of the Plan that run exporter ``name`` (``node_exporter``: every host,
+    ``dcgm_exporter``: the NVIDIA GPU hosts, catalog ``hardware.<h>.vendor``) when
+    ``glmops_monitoring.<name>`` is on; ``[]`` otherwise. Plan order."""
+    if not settings(dep)[name]:
+        return []
+    if name != "dcgm_exporter":
+        return list(plan.hosts)
+    return [h for h in plan.hosts
+            if _catalog().hardware(dep.hosts[h].hardware or dep.hardware).get("vendor") == "nvidia"]
+
+
+def dcgm_archive_name(arch: str) -> str:
+    """NVIDIA's bare-metal archive for ``arch`` (``x86_64`` | ``aarch64``) at the catalog's
+    version: ``dcgm_exporter-linux-<x86-64|sbsa>-<version>.tar.gz``. KeyError for another arch."""
+    spec = exporter("dcgm_exporter")
+    return str(spec["archive"]).format(arch=spec["archive_arch"][arch], version=spec["version"])
+
+
+def dcgm_install_dir() -> str:
+    """``<install_dir>/<version>``: where the archive is unpacked (its ``dcgm_exporter/`` root stripped)."""
+    spec = exporter("dcgm_exporter")
+    return f"{spec['install_dir']}/{spec['version']}"
+
+
+def dcgm_argv(listen: str) -> list[str]:
+    """The exporter's command: the archive's binary with glmops' counters file, ``listen``
+    (``address:port``, the host's inventory address) and DCGM's host engine (catalog
+    ``monitoring.dcgm_exporter.flags``: long names of upstream pkg/cmd/app.go)."""
+    spec = exporter("dcgm_exporter")
+    flags = spec["flags"]
+    return [f"{dcgm_install_dir()}/{spec['binary']}", flags["collectors"], str(spec["counters_file"]),
+            flags["address"], listen, flags["hostengine"], str(spec["hostengine"])]
+
+
+def dcgm_counters_csv() -> str:
+    """The ``--collectors`` file: ``field, type, help`` lines (catalog ``monitoring.dcgm_exporter.counters``)."""
+    lines = ["# rendered by glmops (roles/monitoring): DCGM field, Prometheus metric type, help message"]
+    lines += [f"{name}, {kind}, {help_}" for name, (kind, help_) in exporter("dcgm_exporter")["counters"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _templates():
+    from glmops.render import _env, RESTART_SEC, systemd_quote
+
+    return _env(), RESTART_SEC, systemd_quote
+
+
+def dcgm_unit(listen: str) -> str:
+    """``nvidia-dcgm-exporter.service`` (replacing the archive's unit of that name in
+    /etc/systemd/system): NVIDIA's unit's user and ordering after DCGM's host engine,
+    ``Restart=always``, the engine units' hardening (``templates/hardening.j2``)."""
+    env, restart_sec, quote = _templates()
+    spec = exporter("dcgm_exporter")
+    return env.get_template("dcgm-exporter.service.j2").render(
+        version=spec["version"], hostengine_unit=spec["hostengine_unit"], restart_sec=restart_sec,
+        exec_start=" ".join(quote(w) for w in dcgm_argv(listen)))
+
+
+#: exporter -> the Debian unit glmops hardens with a drop-in (``<unit>.d/glmops-hardening.conf``)
+HARDENED_UNITS = {"node_exporter": "prometheus-node-exporter.service", "prometheus": "prometheus.service"}
+DROPIN_NAME = "glmops-hardening.conf"
+#: unit -> directive -> (value, why) where a unit must read more than the engine units' hardening lets it
+DROPIN_OVERRIDES = {"prometheus-node-exporter.service": {
+    "ProtectHome": ("read-only", "the filesystem collector statfs()es every mount point, /home included")}}
+
+
+def hardening_dropin(unit: str) -> str:
+    """A ``[Service]`` drop-in for a Debian exporter unit with the engine units' hardening
+    (``templates/hardening.j2``), then :data:`DROPIN_OVERRIDES` for that unit (a later
+    assignment wins): the exporters still read /proc, /sys and D-Bus (node exporter's systemd
+    collector) and write their state under /var/lib (ProtectSystem=full leaves it writable)."""
+    env, _, _ = _templates()
+    return env.get_template("hardening.conf.j2").render(unit=unit, overrides=DROPIN_OVERRIDES.get(unit, {}))
+
+
+def dropin_path(unit: str) -> str:
+    """``/etc/systemd/system/<unit>.d/glmops-hardening.conf``."""
+    return f"/etc/systemd/system/{unit}.d/{DROPIN_NAME}"
+
+
+def exporter_files(dep: Deployment, plan: Plan) -> list[tuple[str, str, str, str]]:
+    """``(host, path, content, mode)`` of the files roles/monitoring places for the exporters:
+    the node exporter's and Prometheus' hardening drop-ins, the DCGM exporter's unit and
+    counters file, on the hosts that run them."""
+    out = []
+    for host in exporter_hosts(dep, plan, "node_exporter"):
+        unit = HARDENED_UNITS["node_exporter"]
+        out.append((host, dropin_path(unit), hardening_dropin(unit), "0644"))
+    if settings(dep)["enabled"]:
+        unit = HARDENED_UNITS["prometheus"]
+        out.append((settings(dep)["host"], dropin_path(unit), hardening_dropin(unit), "0644"))
+    spec = exporter("dcgm_exporter")
+    for host in exporter_hosts(dep, plan, "dcgm_exporter"):
+        listen = _listen(dep.hosts[host].address, int(spec["port"]))
+        out.append((host, f"/etc/systemd/system/{spec['unit']}", dcgm_unit(listen), "0644"))
+        out.append((host, str(spec["counters_file"]), dcgm_counters_csv(), "0644"))
+    return out
 
 
 def targets_json(dep: Deployment, plan: Plan) -> str:
@@ -164,8 +264,9 @@ def check(dep: Deployment, plan: Plan) -> list[Problem]:
             problems.append(Problem("TYPE", f"{path}.port", f"value {port} is out of range; accepted: 1024..65535"))
         wanted.append((mon["host"], port, "prometheus"))
     for name in ("node_exporter", "dcgm_exporter"):
-        if mon[name]:
-            wanted += [(h, int(exporter(name)["port"]), name) for h in plan.hosts]
+        wanted += [(h, int(exporter(name)["port"]), name) for h in exporter_hosts(dep, plan, name)]
+    if exporter_hosts(dep, plan, "dcgm_exporter"):
+        problems += _check_dcgm_archive(mon.get("dcgm_exporter_archive") or "", f"{path}.dcgm_exporter_archive")
     for host, port, what in wanted:
         for svc in plan.services:
             used = {int(p) for ps in svc.ports.values() for p in ps} | {int(svc.port)}
@@ -174,6 +275,19 @@ def check(dep: Deployment, plan: Plan) -> list[Problem]:
                                         f"{what} port {port} on {host} is also {svc.name}'s",
                                         "move the service's port or glmops_monitoring.port"))
     return problems
+
+
+def _check_dcgm_archive(archive: str, path: str) -> list[Problem]:
+    spec = exporter("dcgm_exporter")
+    accepted = [dcgm_archive_name(a) for a in spec["archive_arch"]]
+    if archive and archive.rsplit("/", 1)[-1] in accepted:
+        return []
+    found = f"value {archive!r}" if archive else "no value"
+    return [Problem("DCGM_EXPORTER_ARCHIVE", path,
+                    f"{found}; glmops_monitoring.dcgm_exporter installs NVIDIA's bare-metal DCGM-Exporter "
+                    f"{spec['version']} from its archive; accepted: a path on the controller ending in "
+                    f"{' or '.join(accepted)} (catalog monitoring.dcgm_exporter)",
+                    "download NVIDIA's archive of that version and name its path, or turn dcgm_exporter off")]
 
 
 def host_files(dep: Deployment, plan: Plan) -> list[tuple[str, str, str]]:
@@ -198,13 +312,16 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
     """What the playbooks and the CLI read (glmops.deployview ``monitoring``): ``enabled``,
     ``hosts`` (the Prometheus host, or none), ``address``, ``port``, ``listen`` (address:port),
     ``url``, ``file_sd_name``, ``targets`` (:func:`targets`), ``files`` (:func:`host_files`
-    as ``{path, content, mode}``), ``node_exporter``/``dcgm_exporter`` (host lists) and
-    the node exporter's listen port and flags."""
+    as ``{path, content, mode}``), ``node_exporter``/``dcgm_exporter`` (host lists), each
+    exporter's listen address per host, the node exporter's flags, the DCGM exporter's archive
+    (controller path), install dir, binary, unit name, unit text per host (:func:`dcgm_unit`) and
+    counters file, and ``dropins`` (Debian unit -> ``{path, content}``: :func:`hardening_dropin`)."""
     mon = settings(dep)
     host = mon["host"]
     address = dep.hosts[host].address if host in dep.hosts else host
     addr = f"[{address}]" if ":" in address else address
-    node = exporter("node_exporter")
+    node, dcgm = exporter("node_exporter"), exporter("dcgm_exporter")
+    dcgm_listen = {h: _listen(dep.hosts[h].address, int(dcgm["port"])) for h in exporter_hosts(dep, plan, "dcgm_exporter")}
     return {
         "enabled": bool(mon["enabled"]),
         "hosts": [host] if mon["enabled"] else [],
@@ -219,7 +336,17 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         "node_exporter_listen": {h: _listen(dep.hosts[h].address, int(node["port"]))
                                  for h in plan.hosts} if mon["node_exporter"] else {},
         "node_exporter_flags": list(node.get("flags") or []),
-        "dcgm_exporter": [t["labels"]["host"] for t in targets(dep, plan) if t["labels"]["engine"] == "dcgm_exporter"],
+        "dcgm_exporter": list(dcgm_listen),
+        "dcgm_exporter_listen": dcgm_listen,
+        "dcgm_exporter_archive": str(mon.get("dcgm_exporter_archive") or ""),
+        "dcgm_exporter_dir": dcgm_install_dir(),
+        "dcgm_exporter_binary": f"{dcgm_install_dir()}/{dcgm['binary']}",
+        "dcgm_exporter_unit": str(dcgm["unit"]),
+        "dcgm_exporter_units": {h: dcgm_unit(listen) for h, listen in dcgm_listen.items()},
+        "dcgm_exporter_counters": dcgm_counters_csv() if dcgm_listen else "",
+        "dcgm_exporter_counters_path": str(dcgm["counters_file"]),
+        "dropins": {unit: {"path": dropin_path(unit), "content": hardening_dropin(unit)}
+                    for unit in HARDENED_UNITS.values()},
     }
 
 

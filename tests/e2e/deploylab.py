@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +30,12 @@ GLMOPS = [sys.executable, "-m", "glmops.cli"]
 LAB_ROOT = Path(os.environ.get("GLMOPS_LAB_ROOT", "/var/lib/glmops-lab"))
 SECRET_API_KEY = "sk-glmops-e2e-SECRET-4242"
 SECRET_HF_TOKEN = "hf_glmopsE2EsecretTOKEN9999"
+#: ``pytestmark`` of a lab suite: mark ``lab``, skipped without root or systemd-nspawn
+LAB_MARKS = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
+    pytest.mark.skipif(shutil.which("systemd-nspawn") is None, reason="systemd-nspawn missing"),
+]
 
 
 def lab_binds(lab: str, deployment: str) -> list[str]:
@@ -53,6 +60,16 @@ def lab_up(lab: str, hosts: int, subnet: str, binds: list[str], profile: str = "
             cmd += ["--bind", b]
         subprocess.run(cmd, check=True, cwd=REPO, timeout=600)
     return yaml.safe_load(inv.read_text())
+
+
+def lab_for_module(lab: str, hosts: int, subnet: str, binds: list[str], profile: str = "cpu"):
+    """Body of a module-scoped lab fixture (``yield from``): boot (or reuse) ``lab``, yield its
+    inventory dict, then take it down unless it was up before or ``GLMOPS_KEEP_LAB`` is set."""
+    existed = (LAB_ROOT / lab / "inventory.yml").exists()
+    inv = lab_up(lab, hosts, subnet, binds, profile=profile)
+    yield inv
+    if not existed and not os.environ.get("GLMOPS_KEEP_LAB"):
+        lab_down(lab)
 
 
 def lab_down(lab: str) -> None:

@@ -184,6 +184,23 @@ def test_the_store_is_etcd_bound_to_the_inventory_address_and_holds_the_registra
     assert len([k for k in keys if "generate" in k]) >= 2, keys
 
 
+def test_the_store_member_serves_its_metrics_at_its_scrape_target(lab, inventory, deployed):
+    """The etcd member's file_sd target (role etcd) is the address it serves Prometheus text on,
+    with the names the shipped etcd alerts read, and a leader (etcd_server_has_leader 1)."""
+    from glmops.engines.base import CATALOG
+    from glmops.smoke import parse_prometheus
+
+    proc = D.glmops("targets", "-i", str(inventory))
+    assert proc.returncode == 0, proc.stderr
+    etcd = [g for g in json.loads(proc.stdout) if g["labels"]["role"] == "etcd"]
+    assert [g["targets"] for g in etcd] == [[f"{_addr(lab, 'lab-3')}:2379"]], etcd
+    url = f"http://{etcd[0]['targets'][0]}{etcd[0]['labels']['__metrics_path__']}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        samples = parse_prometheus(resp.read().decode())
+    assert set(CATALOG.engine("etcd")["metrics"]["names"]) <= set(samples), sorted(samples)[:40]
+    assert samples["etcd_server_has_leader"] == 1
+
+
 def test_kv_router_sends_a_repeated_prefix_to_the_worker_that_holds_it(lab, deployed):
     prompt = f"run {time.time_ns()} " + " ".join(["the quick brown fox jumps over the lazy dog"] * 20)
     cached = []

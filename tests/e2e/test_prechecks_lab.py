@@ -43,11 +43,7 @@ LOCK = f"{LOCKS}/x.lock"  # field case F11's path, under huggingface-hub's defau
 
 @pytest.fixture(scope="module")
 def lab():
-    existed = (D.LAB_ROOT / LAB / "inventory.yml").exists()
-    inv = D.lab_up(LAB, 1, "auto", [], profile="b200-sim")
-    yield inv
-    if not existed and not os.environ.get("GLMOPS_KEEP_LAB"):
-        D.lab_down(LAB)
+    yield from D.lab_for_module(LAB, 1, "auto", [], profile="b200-sim")
 
 
 def _check(inv, tmp_path) -> tuple[dict, str]:
