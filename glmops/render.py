@@ -25,15 +25,10 @@ from pathlib import Path
 from glmops import monitoring
 from glmops.engines.base import CATALOG, checkpoint_timeout_s
 from glmops.model import CONTROL_CHARS, ENV_NAME, ConfigFile, Deployment, Plan, Service
+from glmops.unitsyntax import RESTART_SEC, START_LIMIT_BURST, jinja_env as _env, systemd_quote  # noqa: F401
 
 DOCKER = "/usr/bin/docker"
 NOFILE = 1048576
-#: starts systemd allows within the window (``StartLimitBurst=``); the next start attempt is refused
-#: (``start-limit-hit``), so a unit that always fails is stopped after this many starts (F32: at most 4)
-START_LIMIT_BURST = 3
-#: seconds between a stop and the automatic restart (``RestartSec=``)
-RESTART_SEC = 10
-_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+\Z")
 _ENV_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./*-]*\Z")
 
 
@@ -46,15 +41,6 @@ class RenderedFile:
     mode: str = "0644"
 
 
-def _env():
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("glmops", "templates"),
-        trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False,
-    )
-
-
 def target_name(dep: Deployment) -> str:
     """``glm-<dep>.target``: every unit of the deployment is ``PartOf=`` it."""
     return f"glm-{dep.name}.target"
@@ -63,23 +49,6 @@ def target_name(dep: Deployment) -> str:
 def env_path(dep: Deployment, svc: Service) -> str:
     """``/etc/glmops/<dep>/<service>.env`` (mode 0600)."""
     return f"{dep.config_dir}/{dep.name}/{svc.name}.env"
-
-
-def systemd_quote(word: str) -> str:
-    """Quote one argv word for ``ExecStart=`` (systemd.syntax): ``%`` -> ``%%`` and
-    ``$`` -> ``$$`` always (no specifier/env expansion); plain words stay bare; others go
-    in single quotes, or in double quotes with ``\\`` and ``\"`` escapes when the word
-    has a backslash or a single quote (systemd unescapes C escapes)."""
-    if CONTROL_CHARS.search(word):
-        # a newline would end ExecStart= and start a directive of its own (glmops.inventory
-        # refuses such values first; this keeps any other path from writing one)
-        raise ValueError(f"argument {word!r} contains a control character; accepted: one line of printable text")
-    word = word.replace("%", "%%").replace("$", "$$")
-    if word and _SAFE.match(word):
-        return word
-    if "\\" not in word and "'" not in word:
-        return f"'{word}'"
-    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def container_argv(dep: Deployment, svc: Service) -> list[str]:

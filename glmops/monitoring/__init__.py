@@ -32,6 +32,7 @@ from typing import Any
 
 from glmops.model import Deployment, Plan, Problem, Service
 from glmops.smoke import parse_prometheus
+from glmops.unitsyntax import RESTART_SEC, jinja_env as _env, systemd_quote
 
 HERE = Path(__file__).resolve().parent
 RULES = HERE / "rules" / "glmops-alerts.yml"
@@ -156,7 +157,6 @@ def dcgm_counters_csv() -> str:
 
 
 def _templates():
-    from glmops.render import _env, RESTART_SEC, systemd_quote
 
     return _env(), RESTART_SEC, systemd_quote
 
