@@ -7,6 +7,8 @@ backend included) and the version that runs it. Entry kinds (``kind``):
 * ``disagg_tp``: prefill TP above decode TP in a disaggregated topology over ``transport``, on one
   of ``models`` when the entry names them (F02; vLLM: hybrid MLA + linear-attention models, fixed
   upstream by vllm-project/vllm#49297);
+* ``disagg_pp``: pipeline parallelism > 1 on a disaggregated pool of ``roles`` over ``transport``
+  (vLLM's NixlConnector: vllm-project/vllm#40674, #45880);
 * ``speculative_with_pp``: a speculative ``methods`` entry with pipeline parallelism > 1 on one of
   ``models`` (MTP + PP for the GLM-5.x family);
 * ``disagg_arg``: an engine flag a disaggregated pool cannot take (``args``: flag -> value; SGLang
@@ -35,6 +37,7 @@ from glmops.model import Deployment, PoolSpec, Problem
 # (tests/unit/test_engine_combinations.py checks the catalog against it).
 KINDS: dict[str, set[str]] = {
     "disagg_tp": {"transport", "models"},
+    "disagg_pp": {"transport", "roles"},
     "speculative_with_pp": {"methods", "models"},
     "disagg_arg": {"args"},
     "disagg_inputs": {"inputs"},
@@ -93,6 +96,8 @@ def _check(dep: Deployment, cat: Any, out: list[Problem]) -> None:
         kind = entry.get("kind")
         if kind == "disagg_tp":
             _disagg_tp(dep, entry, label, out)
+        elif kind == "disagg_pp":
+            _disagg_pp(dep, entry, label, out)
         elif kind == "speculative_with_pp":
             _speculative_with_pp(dep, entry, label, out)
         elif kind == "disagg_arg":
@@ -119,6 +124,22 @@ def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> 
                 f"{' for ' + dep.model if models else ''}: "
                 f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
                 "give decode at least the prefill's tensor parallelism (the seeds run TP4/TP4 and TP8/TP8)")
+
+
+def _disagg_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    if dep.topology != "disagg":
+        return
+    roles = [str(r) for r in entry.get("roles") or ["prefill", "decode"]]
+    want = str(entry.get("transport") or "")
+    for pool in dep.pools:
+        if pool.role not in roles or int(pool.pp or 1) <= 1:
+            continue
+        if want and _transport(dep, pool) != want:
+            continue
+        problem(out, "ENGINE_COMBINATION", src(dep, f"pools.{pool.role}.pp", f"pools.{pool.role}", "pools"),
+                f"{pool.role} pp {pool.pp} over {want or 'the KV transfer'} on {label}: "
+                f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
+                "use tp (or tp over more nodes) instead of pp on the disaggregated pools")
 
 
 def _speculative_with_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:

@@ -109,3 +109,26 @@ def test_prefill_and_decode_on_one_host_share_the_overlay_placed_once(tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(main, ["plan", "-i", str(inv), "--out", str(out)])
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_vllm_nixl_disaggregated_pool_with_pipeline_parallel_is_refused(tmp_path, role):
+    # vllm#40674 (NixlConnector takes no pp > 1), vllm#45880 (push connector only, no decode-side PP)
+    other = "decode" if role == "prefill" else "prefill"
+    pools = {role: {"tp": 8, "pp": 2}, other: {"tp": 8}}
+    inv = minimal(tmp_path, n_hosts=3, model="glm-5.3", engine="vllm", hardware="h200", runtime="venv",
+                  topology="disagg", speculative={"method": "none"}, topologies={"disagg": {"pools": pools}},
+                  host={"glmops_rdma_devices": ["mlx5_0"]})
+    code, lines = validate(inv)
+    assert code == 2
+    assert [ln.split("]")[0].strip() for ln in lines if ln.strip().startswith("[")] == ["[ENGINE_COMBINATION"], lines
+    found = [ln for ln in lines if "[ENGINE_COMBINATION]" in ln]
+    assert len(found) == 1 and f"{role} pp 2 over nixl on vLLM" in found[0], lines
+    assert "vllm-project/vllm/issues/40674" in found[0] and "accepted: pp 1 on the prefill and decode pools" in found[0]
+    assert f"glmops_topologies.disagg.pools.{role}.pp" in found[0]
+    pools[role]["pp"] = 1
+    inv = minimal(tmp_path, name="pp1", n_hosts=3, model="glm-5.3", engine="vllm", hardware="h200", runtime="venv",
+                  topology="disagg", speculative={"method": "none"}, topologies={"disagg": {"pools": pools}},
+                  host={"glmops_rdma_devices": ["mlx5_0"]})
+    code, lines = validate(inv)
+    assert code == 0, lines
