@@ -111,8 +111,8 @@ def view(dep: Deployment, plan: Plan) -> dict[str, Any]:
         kind = "stores" if svc.role == "store" else "routers" if svc.start_order >= ROUTER_ORDER else "workers"
         host["units"].append(svc.unit)
         host[kind]["services"].append(sview)
-        host[kind]["files"].extend(files)
-        host[kind]["secret_files"].extend(secrets)
+        _add_files(host[kind]["files"], files)
+        _add_files(host[kind]["secret_files"], secrets)
         group = {"routers": "router_hosts", "stores": "store_hosts"}.get(kind, "worker_hosts")
         if svc.host not in out[group]:
             out[group].append(svc.host)
@@ -176,6 +176,20 @@ def plan_address(dep: Deployment, svc: Service) -> str:
     """The inventory address of ``svc``'s host (the one its interface must hold)."""
     host = dep.hosts.get(svc.host)
     return host.address if host is not None else svc.host
+
+
+def _add_files(placed: list[dict], files: list[dict]) -> None:
+    """Append ``files`` to a bundle's list once per path: services of a host may share a file
+    (an image's overlay in the config dir, glmops.engines.base.image_overlay); two different
+    contents for one path are a plan error (ValueError naming the path and both services)."""
+    seen = {f["path"]: f for f in placed}
+    for entry in files:
+        prior = seen.get(entry["path"])
+        if prior is None:
+            placed.append(entry)
+            seen[entry["path"]] = entry
+        elif (prior["sha256"], prior["mode"]) != (entry["sha256"], entry["mode"]):
+            raise ValueError(f"{entry['path']}: {prior['service']} and {entry['service']} want different files there")
 
 
 def _file(path: str, content: str, mode: str, group: str, service: str) -> dict[str, str]:

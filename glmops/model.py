@@ -326,6 +326,7 @@ class Deployment:
     max_batch_size: int | None = None
     max_num_tokens: int | None = None
     multimodal: bool = False
+    video: bool = False
     speculative: dict[str, Any] | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
     engine_config: dict[str, Any] = field(default_factory=dict)

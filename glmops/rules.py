@@ -1152,6 +1152,13 @@ def _check_image(dep: Deployment, engine: dict, backend: dict, hw: dict, out: li
 
 
 def _check_multimodal(dep: Deployment, model: dict, out: list[Problem]) -> None:
+    if dep.video and not dep.multimodal:
+        _problem(out, "MULTIMODAL", _src(dep, "video", "glmops_video"),
+                 "glmops_video true needs image/video input on; "
+                 "accepted: glmops_multimodal true, or glmops_video false")
+    elif dep.video and "video" not in (model.get("modalities") or []):
+        _problem(out, "MULTIMODAL", _src(dep, "video", "glmops_video"),
+                 f"{model.get('name')} takes {model.get('modalities')} input; accepted: glmops_video false")
     if not dep.multimodal:
         return
     where = _src(dep, "multimodal", "glmops_multimodal")

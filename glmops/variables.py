@@ -218,6 +218,9 @@ VARIABLES: dict[str, Var] = {
                               "`glmops download` at `revision` (a 40-hex commit while serving offline, F12_REVISION) "
                               "and served from its local snapshot.", shown_default="off (recipe default)"),
     "glmops_multimodal": Var("bool", "Image/video input; needs `transformers==5.17.0` (seed 000).", default=False),
+    "glmops_video": Var("bool", "Clients send video as well as images (needs `glmops_multimodal`). Refused on a "
+                        "serving path without video input (ENGINE_COMBINATION, catalog `engines.<e>.compat` `disagg_inputs`: "
+                        "seed 001, SGLang disaggregated takes text and images only).", default=False),
     "glmops_pip_extra": Var("list", "Extra requirement specifiers for the engine environment "
                             "(`Deployment.pip_extra`); a `transformers` pin other than `==5.17.0` is refused "
                             "when multimodal is on.", elements="str", shown_default="`[]`", shape="requirement"),

@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from glmops import catalog
-from glmops.model import HUB_TOKEN_VARS, Deployment, HostSpec, PoolSpec
+from glmops.model import HUB_TOKEN_VARS, ConfigFile, Deployment, HostSpec, PoolSpec
 from glmops.runtime import derived_image, engine_pins
 
 
@@ -359,6 +359,28 @@ def image_for(dep: Deployment, engine_key: str) -> str:
         return derived_image(engine_key, engine_version(dep, engine_key), image, engine_pins(dep, engine_key))["tag"]
     except ValueError:  # an unsafe pin or image: roles/engine_runtime refuses it, naming it
         return image
+
+
+def image_overlay(dep: Deployment, engine_key: str) -> tuple[list[ConfigFile], dict[str, str]]:
+    """Files and env a seed's image needs beside it (catalog ``engines.<engine_key>.image_overlays``:
+    ``images`` the entry is for, ``file`` name, ``content``, ``env`` = the search-path variable that
+    names the deployment's config dir, ``source``), for the image the container runtime runs
+    (:func:`seed_image`; the derived image keeps the seed's as its base). The file lies in
+    ``<config_dir>/<deployment>/``, which every container mounts read-only at the same path
+    (``glmops.render.container_argv``). ``([], {})`` for venv runtime or another image.
+    Seed 001 line 218: the GLM vLLM image's sitecustomize.py overlay that disables cuDNN."""
+    image = seed_image(dep, engine_key)
+    files: list[ConfigFile] = []
+    env: dict[str, str] = {}
+    if not image:
+        return files, env
+    directory = f"{dep.config_dir}/{dep.name}"
+    for entry in CATALOG.engine(engine_key).get("image_overlays") or []:
+        if image not in [str(i) for i in entry.get("images") or []]:
+            continue
+        files.append(ConfigFile(path=f"{directory}/{entry['file']}", content=str(entry["content"]), format="text"))
+        env[str(entry["env"])] = directory
+    return files, env
 
 
 def seed_image(dep: Deployment, engine_key: str) -> str:

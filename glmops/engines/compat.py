@@ -4,12 +4,20 @@
 Engine-neutral: every check reads the table of the engine that runs the model (Dynamo's worker
 backend included) and the version that runs it. Entry kinds (``kind``):
 
-* ``disagg_tp``: prefill TP above decode TP in a disaggregated topology over ``transport``
-  (F02: vllm-project/vllm#43523);
+* ``disagg_tp``: prefill TP above decode TP in a disaggregated topology over ``transport``, on one
+  of ``models`` when the entry names them (F02; vLLM: hybrid MLA + linear-attention models, fixed
+  upstream by vllm-project/vllm#49297);
+* ``disagg_pp``: pipeline parallelism > 1 on a disaggregated pool of ``roles`` over ``transport``
+  (vLLM's NixlConnector: vllm-project/vllm#40674, #45880);
 * ``speculative_with_pp``: a speculative ``methods`` entry with pipeline parallelism > 1 on one of
   ``models`` (MTP + PP for the GLM-5.x family);
 * ``disagg_arg``: an engine flag a disaggregated pool cannot take (``args``: flag -> value; SGLang
-  ``frontend-decoding``: seed 001 "Video input is unavailable in the SGLang disaggregated recipe").
+  ``frontend-decoding``: seed 001 "Video input is unavailable in the SGLang disaggregated recipe");
+* ``disagg_inputs``: the input modalities a disaggregated topology takes (``inputs``); the
+  deployment's are ``text``, ``image`` with ``glmops_multimodal``, ``video`` with ``glmops_video``;
+* ``not_rendered`` (a warning, code ``RECIPE_NOT_RENDERED``): a part of a seed's recipe glmops does
+  not render, with ``why``; matched on ``images`` (the seed image the container runtime runs),
+  ``models``, ``hardware``, ``topology`` and ``transport`` (each optional).
 
 ``specifier`` (PEP 440, e.g. ``<=0.33.0``) limits an entry to the versions it was reported for.
 Rule code ``ENGINE_COMBINATION``; the message names the values, the engine and version, the source.
@@ -22,8 +30,19 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from glmops.engines import base, registry
-from glmops.engines.problems import canon, pool_args, pool_config, problem, src
+from glmops.engines.problems import canon, pool_args, pool_config, problem, src, warning
 from glmops.model import Deployment, PoolSpec, Problem
+
+# The optional keys an entry may carry beside kind/specifier/says/accepted/source, per kind
+# (tests/unit/test_engine_combinations.py checks the catalog against it).
+KINDS: dict[str, set[str]] = {
+    "disagg_tp": {"transport", "models"},
+    "disagg_pp": {"transport", "roles"},
+    "speculative_with_pp": {"methods", "models"},
+    "disagg_arg": {"args"},
+    "disagg_inputs": {"inputs"},
+    "not_rendered": {"why", "images", "models", "hardware", "topology", "transport"},
+}
 
 
 def backend_version(dep: Deployment, cat: Any, backend: str) -> str:
@@ -77,24 +96,50 @@ def _check(dep: Deployment, cat: Any, out: list[Problem]) -> None:
         kind = entry.get("kind")
         if kind == "disagg_tp":
             _disagg_tp(dep, entry, label, out)
+        elif kind == "disagg_pp":
+            _disagg_pp(dep, entry, label, out)
         elif kind == "speculative_with_pp":
             _speculative_with_pp(dep, entry, label, out)
         elif kind == "disagg_arg":
             _disagg_arg(dep, entry, label, out)
+        elif kind == "disagg_inputs":
+            _disagg_inputs(dep, entry, label, out)
+        elif kind == "not_rendered":
+            _not_rendered(dep, entry, label, out)
 
 
 def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
     pre, dec = dep.pool("prefill"), dep.pool("decode")
     if dep.topology != "disagg" or not (pre and dec):
         return
+    models = [str(m) for m in entry.get("models") or []]
+    if models and dep.model not in models:
+        return
     want = str(entry.get("transport") or "")
     if want and want not in (_transport(dep, pre), _transport(dep, dec)):
         return
     if int(pre.tp) > int(dec.tp):
         problem(out, "ENGINE_COMBINATION", src(dep, "pools.decode.tp", "pools.prefill.tp", "pools.decode", "pools"),
-                f"prefill tp {pre.tp} with decode tp {dec.tp} over {want or 'the KV transfer'} on {label}: "
+                f"prefill tp {pre.tp} with decode tp {dec.tp} over {want or 'the KV transfer'} on {label}"
+                f"{' for ' + dep.model if models else ''}: "
                 f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
                 "give decode at least the prefill's tensor parallelism (the seeds run TP4/TP4 and TP8/TP8)")
+
+
+def _disagg_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    if dep.topology != "disagg":
+        return
+    roles = [str(r) for r in entry.get("roles") or ["prefill", "decode"]]
+    want = str(entry.get("transport") or "")
+    for pool in dep.pools:
+        if pool.role not in roles or int(pool.pp or 1) <= 1:
+            continue
+        if want and _transport(dep, pool) != want:
+            continue
+        problem(out, "ENGINE_COMBINATION", src(dep, f"pools.{pool.role}.pp", f"pools.{pool.role}", "pools"),
+                f"{pool.role} pp {pool.pp} over {want or 'the KV transfer'} on {label}: "
+                f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
+                "use tp (or tp over more nodes) instead of pp on the disaggregated pools")
 
 
 def _speculative_with_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
@@ -131,3 +176,49 @@ def _disagg_arg(dep: Deployment, entry: dict, label: str, out: list[Problem]) ->
                         f"engine flag {key!r} = {value!r} on the disaggregated {pool.role} pool of {label}: "
                         f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
                         f"remove {key!r} from the disaggregated pools")
+
+
+def modalities(dep: Deployment) -> list[str]:
+    """The input modalities the deployment serves: ``text``, ``image`` (``glmops_multimodal``),
+    ``video`` (``glmops_video``)."""
+    return ["text"] + (["image"] if dep.multimodal else []) + (["video"] if dep.video else [])
+
+
+def _disagg_inputs(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    if dep.topology != "disagg":
+        return
+    accepted = [str(m) for m in entry.get("inputs") or []]
+    for modality in modalities(dep):
+        if modality not in accepted:
+            key = "video" if modality == "video" else "multimodal"
+            problem(out, "ENGINE_COMBINATION", src(dep, key, f"glmops_{key}"),
+                    f"{modality} input (glmops_{key} true) on the disaggregated topology of {label}: "
+                    f"{entry.get('says')}; accepted: {entry.get('accepted')} ({entry.get('source')})",
+                    f"set glmops_{key}: false, or serve {modality} from the agg topology")
+
+
+def _matches(dep: Deployment, entry: dict, backend: str) -> bool:
+    """Whether a ``not_rendered`` entry's optional match keys all hold for ``dep``."""
+    checks: list[tuple[str, set[str]]] = [
+        ("images", {base.seed_image(dep, dep.engine), base.seed_image(dep, backend)} - {""}),
+        ("models", {dep.model}), ("hardware", {dep.hardware}), ("topology", {dep.topology}),
+        ("transport", {_transport(dep, p) for p in dep.pools if p.role != "agg"} - {""}),
+    ]
+    for key, have in checks:
+        want = entry.get(key)
+        if want is None:
+            continue
+        want = {str(w) for w in (want if isinstance(want, list) else [want])}
+        if not want & have:
+            return False
+    return True
+
+
+def _not_rendered(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    backend = registry.backend_name(dep)
+    if not _matches(dep, entry, backend):
+        return
+    warning(out, "RECIPE_NOT_RENDERED", src(dep, "image", "runtime", "hardware", "model"),
+            f"the seed's {entry.get('says')} is not in this plan ({label}): {entry.get('why')} "
+            f"({entry.get('source')})",
+            f"{entry.get('accepted')} (glmops validate --strict refuses it)")

@@ -27,7 +27,7 @@ from glmops.engines import vllm_args as vllm  # the vLLM worker pieces (not the 
 from glmops.engines.base import CATALOG, Ctx, Placement
 from glmops.engines.problems import problem, src
 from glmops.engines.registry import EngineSpec, FrontDoor, RuleFacts
-from glmops.model import Deployment, PoolSpec, Problem, Service
+from glmops.model import ConfigFile, Deployment, PoolSpec, Problem, Service
 from glmops.variables import VARIABLES
 
 ENGINE = "dynamo"
@@ -304,6 +304,7 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
     head_ports: dict[str, list[int]] = {}
     for rank, node in enumerate(pl.nodes):
         alloc = ctx.alloc(node.host.name)
+        overlay: list[ConfigFile] = []
         if backend == "mocker":
             ports = {}
             argv = base.command(dep, ENGINE, CATALOG.engine("mocker").get("binary")) + [
@@ -334,6 +335,8 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
             argv += base.render_flags(args)
             argv += base.render_flags(vllm.multinode_args(ctx, pool, pl, rank, head_ports))
             env = vllm.worker_env(ctx, pool, pl, rank, st, ports, engine_key=ENGINE)
+            overlay, overlay_env = base.image_overlay(dep, "vllm")
+            env.update(overlay_env)
         if rank == 0 or backend == "sglang":
             argv += base.render_flags(disc_flags)
         system = alloc.take(base.PORT_BASES["system"])
@@ -345,7 +348,7 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
         services.append(Service(
             name=base.service_name(dep, pool.role, replica, rank), host=node.host.name, role=pool.role,
             engine=ENGINE, address=node.host.address, port=system[0], gpus=list(node.gpus), ports=ports,
-            argv=argv, env=env,
+            argv=argv, env=env, files=overlay,
             health_url=base.url(node.host.address, system[0], "/health"),
             # a Dynamo worker has no OpenAI endpoint: its /health runs the canary request
             # (DYN_HEALTH_CHECK_REQUEST_TIMEOUT); the one-token request goes through the frontend

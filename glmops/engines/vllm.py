@@ -47,11 +47,13 @@ def worker(ctx: Ctx, pool: PoolSpec, replica: int, pl: Placement) -> list[Servic
         argv += base.render_flags(args)
         argv += base.render_flags(multinode_args(ctx, pool, pl, rank, head_ports))
         env = worker_env(ctx, pool, pl, rank, st, ports)
+        overlay, overlay_env = base.image_overlay(dep, ENGINE)
+        env.update(overlay_env)
         name = base.service_name(dep, pool.role, replica, rank)
         http = ports.get("http", [0])[0]
         svc = Service(
             name=name, host=node.host.name, role=pool.role, engine=ENGINE, address=node.host.address,
-            port=http, gpus=list(node.gpus), ports=ports, argv=argv, env=env,
+            port=http, gpus=list(node.gpus), ports=ports, argv=argv, env=env, files=overlay,
             health_url=base.url(node.host.address, http, "/health") if http else "",
             ready_url=base.url(node.host.address, http, "/v1/completions") if http else "",
             metrics_url=base.metrics_url(ENGINE, node.host.address, ports),

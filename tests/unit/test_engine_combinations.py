@@ -3,7 +3,10 @@ per-engine table (``engines.<engine>.compat``, glmops/engines/compat.py), rule E
 
 Sources of the expectations: /work/shared/cases/field-cases.md F02 ("engine vllm, disagg with NIXL,
 prefill tp 4, decode tp 1, at the pinned vLLM version. Expect: validate fails naming both TP values and
-the engine version ...; tp 4 / tp 4 passes"), https://github.com/vllm-project/vllm/issues/43523;
+the engine version ...; tp 4 / tp 4 passes"), https://github.com/vllm-project/vllm/issues/43523 (closed by
+the maintainers: prefill TP above decode TP landed in vllm#27274, before every pinned version) and
+https://github.com/vllm-project/vllm/pull/49297 (the same split for hybrid MLA + SSM-state models such as
+GLM-5.3-Flash, fixed on main 2026-07-22, first release not verified);
 MTP + pipeline parallelism for GLM-5.x: https://github.com/vllm-project/recipes/issues/875; seed 001
 ("Video input is unavailable in the SGLang disaggregated recipe because frontend decoding is unsupported
 on this path").
@@ -39,8 +42,15 @@ def test_f02_vllm_nixl_prefill_tp4_decode_tp1_fails_naming_both_and_the_version(
     res = CliRunner().invoke(main, ["validate", "-i", str(inv)])
     assert res.exit_code == 2, res.output
     (line,) = [ln for ln in res.output.splitlines() if "[ENGINE_COMBINATION]" in ln]
-    assert "prefill tp 4 with decode tp 1" in line and f"vLLM {PINNED_VLLM}" in line
-    assert "vllm-project/vllm/issues/43523" in line
+    assert "prefill tp 4 with decode tp 1" in line and f"vLLM {PINNED_VLLM} for glm-5.3-flash" in line
+    assert "vllm-project/vllm/pull/49297" in line and "vllm-project/vllm/issues/43523" in line
+    assert "accepted: prefill tp <= decode tp" in line
+
+
+def test_f02_a_pure_mla_model_is_not_refused_at_the_pinned_version(tmp_path):
+    # vllm#43523 was an old llm-d build; P TP > D TP is supported since vllm#27274 for MLA/dense models
+    gv = f02(4, 1, glmops_model="glm-5.3", glmops_variant="fp8")
+    assert combos(gv, tmp_path) == []
 
 
 def test_f02_equal_tp_passes(tmp_path):
@@ -120,3 +130,17 @@ def test_trtllm_attention_dp_with_other_max_num_tokens_is_noted_not_refused(tmp_
     gv["glmops_max_num_tokens"] = want
     dep = load_deployment(write_inventory(tmp_path / "inv2", gv))
     assert not [n for n in plan.build(dep).notes if "attention DP" in n]
+
+
+def test_every_compat_entry_has_a_known_kind_its_own_keys_and_a_source():
+    from glmops.engines import compat
+    common = {"id", "kind", "specifier", "says", "accepted", "source"}
+    entries = [(name, e) for name, eng in catalog.load().engines.items() for e in eng.get("compat") or []]
+    assert {e["kind"] for _, e in entries} == set(compat.KINDS)       # every kind is used and checked
+    for name, entry in entries:
+        assert entry["kind"] in compat.KINDS, (name, entry)
+        assert set(entry) - common <= compat.KINDS[entry["kind"]], (name, entry["id"])
+        assert all(str(entry.get(k) or "").strip() for k in ("id", "says", "accepted", "source")), (name, entry)
+        assert "seeds/" in entry["source"] or "https://github.com/" in entry["source"], (name, entry["id"])
+        if entry["kind"] == "not_rendered":
+            assert str(entry.get("why") or "").strip(), (name, entry["id"])

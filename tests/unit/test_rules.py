@@ -41,7 +41,11 @@ def pools(gv: dict, topology: str = "disagg") -> dict:
 def test_repo_inventories_are_valid(inv, topology):
     dep = load_deployment(ROOT / "inventories" / inv, topology=topology)
     plan, problems = rules.validate(dep)
-    assert problems == []
+    # the one seed part a shipped inventory's plan does not render (catalog engines.sglang.compat
+    # gb200-mooncake-nvlink-env: seed 001 names no variable for Mooncake over NVLink): a warning
+    expected = ["RECIPE_NOT_RENDERED"] if (inv, topology) == ("gb200", "disagg") else []
+    assert codes(problems) == expected, problems
+    assert all(p.severity == "warning" for p in problems)
     assert plan is not None and plan.services
 
 

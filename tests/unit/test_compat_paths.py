@@ -1,0 +1,134 @@
+"""Issue 14 items 5 and 8 from minimal inventories (as tests/unit/test_minimal_defaults.py writes them):
+input modalities per serving path, the seed 001 part glmops records as not rendered, and the overlay it renders
+(catalog ``engines.<engine>.compat``, glmops/engines/compat.py).
+
+Sources: seeds/001_45b716f972606a07.txt line 149 ("Disaggregated workers ... support text and image
+input only"), line 151 ("Video input is unavailable in the SGLang disaggregated recipe"), line 206 (input
+modalities), line 218 ("A sitecustomize.py overlay disables cuDNN ... with the GLM-specific vLLM image"),
+lines 24 and 203 ("Mooncake over NVLink with MNNVL"). The overlay's text is not in the seed: glmops renders
+PyTorch's switch (torch.backends.cudnn.enabled = False) in a sitecustomize.py on the container's PYTHONPATH."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from test_minimal_defaults import minimal
+
+from glmops import planning, render
+from glmops.cli import main
+
+SEED_001 = "seeds/001_45b716f972606a07.txt"
+SGLANG = {"model": "glm-5.3-flash", "engine": "dynamo", "dynamo_backend": "sglang", "hardware": "gb200",
+          "runtime": "venv"}
+
+
+def validate(inv, *extra) -> tuple[int, list[str]]:
+    res = CliRunner().invoke(main, ["validate", "-i", str(inv), *extra])
+    return res.exit_code, res.output.splitlines()
+
+
+def test_sglang_disaggregated_with_video_is_refused_naming_key_value_accepted_and_source(tmp_path):
+    inv = minimal(tmp_path, n_hosts=3, topology="disagg", multimodal=True, video=True, **SGLANG)
+    code, lines = validate(inv)
+    assert code == 2
+    (line,) = [ln for ln in lines if "[ENGINE_COMBINATION]" in ln]
+    assert "glmops_video" in line and "video input (glmops_video true)" in line
+    assert "accepted: text and image input (glmops_video false)" in line
+    assert f"{SEED_001} line 151" in line and "SGLang 0.5.21" in line      # Dynamo 1.6.1's pinned SGLang
+
+
+def test_sglang_disaggregated_with_images_only_and_aggregated_with_video_pass(tmp_path):
+    # seed 001 line 206: GB200 Disaggregated "Text, images"; Aggregated "Text, images, video"
+    planning.load(str(minimal(tmp_path, n_hosts=3, topology="disagg", multimodal=True, **SGLANG)))
+    planning.load(str(minimal(tmp_path, name="agg", multimodal=True, video=True, **SGLANG)))
+
+
+def test_video_without_multimodal_is_refused(tmp_path):
+    inv = minimal(tmp_path, video=True, **SGLANG)
+    code, lines = validate(inv)
+    assert code == 2
+    (line,) = [ln for ln in lines if "[MULTIMODAL]" in ln]
+    assert "glmops_video" in line and "accepted: glmops_multimodal true, or glmops_video false" in line
+
+
+def _overlay(svc):
+    return [f for f in svc.files if f.path.endswith("/sitecustomize.py")]
+
+
+@pytest.mark.parametrize("engine", [{"engine": "vllm"}, {"engine": "dynamo", "dynamo_backend": "vllm"}])
+def test_the_glm_vllm_image_gets_the_cudnn_off_sitecustomize_overlay(tmp_path, engine):
+    # the container runtime runs the seed's vllm/vllm-openai:glm53-flash image (catalog image_by_model)
+    inv = minimal(tmp_path, model="glm-5.3-flash", hardware="h200", runtime="container", deployment="d1", **engine)
+    planned = planning.load(str(inv))
+    workers = [s for s in planned.plan.services if s.role == "agg"]
+    assert workers and all(s.image for s in workers)
+    for svc in workers:
+        (cf,) = _overlay(svc)
+        assert cf.path == "/etc/glmops/d1/sitecustomize.py" and cf.mode == "0644"
+        assert "torch.backends.cudnn.enabled = False" in cf.content and "seed 001 line 218" in cf.content
+        assert svc.env["PYTHONPATH"] == "/etc/glmops/d1"
+        argv = render.exec_argv(planned.deployment, svc)            # the config dir is mounted read-only
+        assert "/etc/glmops/d1:/etc/glmops/d1:ro" in argv
+    assert not [w for w in planned.warnings if w.code == "RECIPE_NOT_RENDERED"]
+    out = tmp_path / "out"
+    CliRunner().invoke(main, ["plan", "-i", str(inv), "--out", str(out)], catch_exceptions=False)
+    [written] = list(out.glob("*/etc/glmops/d1/sitecustomize.py"))
+    assert "torch.backends.cudnn.enabled = False" in written.read_text()
+
+
+def test_venv_runtime_and_other_images_get_no_overlay(tmp_path):
+    venv = planning.load(str(minimal(tmp_path, model="glm-5.3-flash", engine="vllm", hardware="h200",
+                                     runtime="venv")))
+    other = planning.load(str(minimal(tmp_path, name="other", model="glm-5.3-flash", engine="vllm", hardware="h200",
+                                      runtime="container", image="vllm/vllm-openai:latest")))
+    for planned in (venv, other):
+        assert all(not _overlay(s) and "PYTHONPATH" not in s.env for s in planned.plan.services)
+
+
+def test_gb200_sglang_disaggregated_warns_that_the_mooncake_nvlink_env_is_not_rendered(tmp_path):
+    planned = planning.load(str(minimal(tmp_path, n_hosts=3, topology="disagg", **SGLANG)))
+    (w,) = [w for w in planned.warnings if w.code == "RECIPE_NOT_RENDERED"]
+    assert "Mooncake KV transfer over NVLink with MNNVL" in w.message and SEED_001 in w.message
+    assert "line 203" in w.message and "names the transport but no environment variable" in w.message
+    agg = planning.load(str(minimal(tmp_path, name="agg", **SGLANG)))   # no KV transfer on one worker
+    assert not [w for w in agg.warnings if w.code == "RECIPE_NOT_RENDERED"]
+
+
+def test_prefill_and_decode_on_one_host_share_the_overlay_placed_once(tmp_path):
+    inv = minimal(tmp_path, model="glm-5.3-flash", engine="vllm", hardware="b200", runtime="container",
+                  topology="disagg", deployment="d2")
+    planned = planning.load(str(inv))
+    workers = [s for s in planned.plan.services if s.role in ("prefill", "decode")]
+    assert len(workers) == 2 and all(_overlay(s) for s in workers)
+    view = planned.view()
+    [host] = view["hosts"].values()
+    paths = [f["path"] for f in host["workers"]["files"]]
+    assert paths.count("/etc/glmops/d2/sitecustomize.py") == 1
+    # each worker still lists the file it depends on (a change restarts both)
+    deps = {s["name"]: s for s in view["services"] if s["role"] in ("prefill", "decode")}
+    assert len(deps) == 2 and all("/etc/glmops/d2/sitecustomize.py" in str(s) for s in deps.values())
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["plan", "-i", str(inv), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_vllm_nixl_disaggregated_pool_with_pipeline_parallel_is_refused(tmp_path, role):
+    # vllm#40674 (NixlConnector takes no pp > 1), vllm#45880 (push connector only, no decode-side PP)
+    other = "decode" if role == "prefill" else "prefill"
+    pools = {role: {"tp": 8, "pp": 2}, other: {"tp": 8}}
+    inv = minimal(tmp_path, n_hosts=3, model="glm-5.3", engine="vllm", hardware="h200", runtime="venv",
+                  topology="disagg", speculative={"method": "none"}, topologies={"disagg": {"pools": pools}},
+                  host={"glmops_rdma_devices": ["mlx5_0"]})
+    code, lines = validate(inv)
+    assert code == 2
+    assert [ln.split("]")[0].strip() for ln in lines if ln.strip().startswith("[")] == ["[ENGINE_COMBINATION"], lines
+    found = [ln for ln in lines if "[ENGINE_COMBINATION]" in ln]
+    assert len(found) == 1 and f"{role} pp 2 over nixl on vLLM" in found[0], lines
+    assert "vllm-project/vllm/issues/40674" in found[0] and "accepted: pp 1 on the prefill and decode pools" in found[0]
+    assert f"glmops_topologies.disagg.pools.{role}.pp" in found[0]
+    pools[role]["pp"] = 1
+    inv = minimal(tmp_path, name="pp1", n_hosts=3, model="glm-5.3", engine="vllm", hardware="h200", runtime="venv",
+                  topology="disagg", speculative={"method": "none"}, topologies={"disagg": {"pools": pools}},
+                  host={"glmops_rdma_devices": ["mlx5_0"]})
+    code, lines = validate(inv)
+    assert code == 0, lines
