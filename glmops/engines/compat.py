@@ -15,6 +15,9 @@ backend included) and the version that runs it. Entry kinds (``kind``):
   ``frontend-decoding``: seed 001 "Video input is unavailable in the SGLang disaggregated recipe");
 * ``disagg_inputs``: the input modalities a disaggregated topology takes (``inputs``); the
   deployment's are ``text``, ``image`` with ``glmops_multimodal``, ``video`` with ``glmops_video``;
+* ``config_value``: the values an engine config key (``key``, dotted, in the pool's effective
+  ``engine_config``) takes for ``models``/``hardware``/``variants`` (each optional), ``values``
+  (TRT-LLM ``moe_config.backend`` for GLM-5.3-Flash FP8 on B200/GB200: seed 000);
 * ``not_rendered`` (a warning, code ``RECIPE_NOT_RENDERED``): a part of a seed's recipe glmops does
   not render, with ``why``; matched on ``images`` (the seed image the container runtime runs),
   ``models``, ``hardware``, ``topology`` and ``transport`` (each optional).
@@ -30,7 +33,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from glmops.engines import base, registry
-from glmops.engines.problems import canon, pool_args, pool_config, problem, src, warning
+from glmops.engines.problems import canon, dig, pool_args, pool_config, problem, src, warning
 from glmops.model import Deployment, PoolSpec, Problem
 
 # The optional keys an entry may carry beside kind/specifier/says/accepted/source, per kind
@@ -42,6 +45,7 @@ KINDS: dict[str, set[str]] = {
     "disagg_arg": {"args"},
     "disagg_inputs": {"inputs"},
     "not_rendered": {"why", "images", "models", "hardware", "topology", "transport"},
+    "config_value": {"key", "values", "models", "hardware", "variants"},
 }
 
 
@@ -106,6 +110,8 @@ def _check(dep: Deployment, cat: Any, out: list[Problem]) -> None:
             _disagg_inputs(dep, entry, label, out)
         elif kind == "not_rendered":
             _not_rendered(dep, entry, label, out)
+        elif kind == "config_value":
+            _config_value(dep, entry, label, out)
 
 
 def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
@@ -182,6 +188,23 @@ def modalities(dep: Deployment) -> list[str]:
     """The input modalities the deployment serves: ``text``, ``image`` (``glmops_multimodal``),
     ``video`` (``glmops_video``)."""
     return ["text"] + (["image"] if dep.multimodal else []) + (["video"] if dep.video else [])
+
+
+def _config_value(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+    for key, have in (("models", dep.model), ("hardware", dep.hardware), ("variants", dep.variant)):
+        want = entry.get(key)
+        if want is not None and have not in [str(w) for w in want]:
+            return
+    dotted = str(entry.get("key") or "")
+    values = [str(v) for v in entry.get("values") or []]
+    for pool in dep.pools:
+        found, value = dig(pool_config(dep, pool), dotted)
+        if found and str(value) not in values:
+            problem(out, "ENGINE_COMBINATION",
+                    src(dep, f"pools.{pool.role}.engine_config.{dotted}", f"engine_config.{dotted}"),
+                    f"{dotted} {value!r} for {dep.model} {dep.variant} on {dep.hardware} ({label}, pool "
+                    f"{pool.role}): {entry.get('says')}; accepted: {', '.join(values)} ({entry.get('source')})",
+                    f"set {dotted} to one of {', '.join(values)}, or leave it out (the recipe's)")
 
 
 def _disagg_inputs(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:

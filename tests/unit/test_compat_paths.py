@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from seed_text import seed
 from test_minimal_defaults import minimal
 
 from glmops import planning, render
@@ -132,3 +133,21 @@ def test_vllm_nixl_disaggregated_pool_with_pipeline_parallel_is_refused(tmp_path
                   host={"glmops_rdma_devices": ["mlx5_0"]})
     code, lines = validate(inv)
     assert code == 0, lines
+
+
+def test_trtllm_moe_backend_outside_the_seeds_list_is_refused_for_flash_fp8_on_b200(tmp_path):
+    # seed 000 lines 74-80: "Supported moe_backend ... B200/GB200 FP8 TRTLLM, DEEPGEMM" (line 189: "Use AUTO
+    # (resolves to TRTLLM) or DEEPGEMM on B200"); the list is read from the seed's table, not retyped
+    text = seed("000")
+    table = text[text.index("Supported moe_backend"):text.index("On B200, the default moe_config.backend")]
+    supported = [w.strip() for w in table.split("FP8", 1)[1].strip().split(",")]
+    assert supported == ["TRTLLM", "DEEPGEMM"]
+    for backend, ok in (("CUTLASS", False), ("WIDEEP", False), ("AUTO", True), *((b, True) for b in supported)):
+        inv = minimal(tmp_path, name=f"moe-{backend.lower()}", model="glm-5.3-flash", engine="trtllm", hardware="b200",
+                      runtime="venv", engine_config={"moe_config": {"backend": backend}})
+        code, lines = validate(inv)
+        out = "\n".join(lines)
+        assert (code == 0) is ok, (backend, out)
+        if not ok:
+            assert "[ENGINE_COMBINATION]" in out and f"moe_config.backend '{backend}'" in out, out
+            assert "accepted: AUTO, TRTLLM, DEEPGEMM" in out and "seeds/000_02b3db4c668ba297.txt lines 74-80" in out, out

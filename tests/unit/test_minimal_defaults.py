@@ -62,6 +62,23 @@ def test_d1_dynamo_vllm_gb200_disagg_takes_the_vllm_layout(tmp_path):
     assert flags(roles["frontend"][0].argv, 3)["router-mode"] == "kv"
 
 
+def test_dynamo_vllm_prefix_caching_only_where_seed_001_enables_it(tmp_path):
+    # seed 001 line 172: "The GB200 aggregated target and both H200 targets enable prefix caching."
+    # (the GB200 disaggregated target is the one left out); read from the seed, not retyped
+    [sentence] = [ln for ln in seed("001").splitlines() if "enable prefix caching" in ln and "GB200" in ln]
+    assert "The GB200 aggregated target and both H200 targets enable prefix caching." in sentence
+    cases = {("gb200", "agg"): True, ("gb200", "disagg"): False, ("h200", "agg"): True, ("h200", "disagg"): True}
+    for (hardware, topology), enabled in cases.items():
+        hosts = 2 if topology == "disagg" else 1
+        inv = minimal(tmp_path, n_hosts=hosts, name=f"{hardware}-{topology}", host={"glmops_rdma_devices": ["mlx5_0"]},
+                      model="glm-5.3-flash", engine="dynamo", dynamo_backend="vllm", hardware=hardware,
+                      runtime="venv", topology=topology)
+        workers = [s for s in planning.load(str(inv)).plan.services if s.role in ("agg", "prefill", "decode")]
+        assert workers
+        for svc in workers:
+            assert ("--enable-prefix-caching" in svc.argv) is enabled, (hardware, topology, svc.name, svc.argv)
+
+
 def test_d1_dynamo_sglang_gb200_keeps_the_sglang_layout(tmp_path):
     # seed 001 SGLang table: GB200 Aggregated "Routing Round-robin" (line 202)
     inv = minimal(tmp_path, model="glm-5.3-flash", variant="nvfp4", engine="dynamo", dynamo_backend="sglang",
