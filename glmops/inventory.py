@@ -896,7 +896,25 @@ def _parse(inventory_path: str) -> tuple[Any, Any]:
     if not inventory.hosts:
         raise ValidationError([Problem("INVENTORY", where, "the inventory defines no hosts",
                                        f"add hosts (group {WORKERS_GROUP}) to hosts.yml")])
+    _check_vault_files(inventory_path, where, loader)  # every file no secret opens, before any read of them
     return inventory, loader
+
+
+def defines(inventory_path: str, name: str) -> bool:
+    """True when any host of the inventory sets the variable ``name`` (read with Ansible's own
+    API, with the run's Vault secrets). Raises ValidationError (exit 2) for an inventory that
+    cannot be read, naming each Vault file no secret opens."""
+    from ansible.errors import AnsibleError
+    from ansible.vars.manager import VariableManager
+
+    path = str(inventory_path)
+    inventory, loader = _parse(path)
+    variables = VariableManager(loader=loader, inventory=inventory)
+    try:
+        return any(name in variables.get_vars(host=h) for h in inventory.get_hosts())
+    except AnsibleError as exc:
+        raise ValidationError([Problem("INVENTORY", _display_path(path),
+                                       f"cannot read the inventory's variables: {_first_line(exc)}")]) from None
 
 
 def _check_vault_files(inventory_path: str, where: str, loader: Any) -> None:
@@ -934,14 +952,13 @@ def _check_vault_files(inventory_path: str, where: str, loader: Any) -> None:
 def check_run_target(inventory_path: str | os.PathLike[str], limit: str | None) -> list[str]:
     """What a run against ``inventory_path`` with Ansible's ``--limit`` ``limit`` would reach:
     the host names. Raises ValidationError (the CLI exits 2, nothing contacted) for an
-    inventory that cannot be read or has no hosts, a Vault-encrypted file of it that the run's
-    secrets cannot decrypt (:func:`_check_vault_files`), an empty ``limit`` (``''`` would mean every
+    inventory that cannot be read or has no hosts, Vault-encrypted files of it that the run's
+    secrets cannot decrypt (:func:`_check_vault_files`, via :func:`_parse`), an empty ``limit`` (``''`` would mean every
     host), a plain host or group name in ``limit`` that the inventory does not have, or a limit
     that matches no host."""
     path = str(inventory_path)
     where = _display_path(path)
-    inventory, loader = _parse(path)
-    _check_vault_files(path, where, loader)
+    inventory, _loader = _parse(path)
     names = list(inventory.hosts)
     if limit is None:
         return names
@@ -952,6 +969,10 @@ def check_run_target(inventory_path: str | os.PathLike[str], limit: str | None) 
                                        f"mean every host); accepted: {accepted}", "leave --limit out to run on every host")])
     problems = []
     for part in parts:
+        if part.startswith("@") and not os.path.isfile(part[1:]):
+            problems.append(Problem("LIMIT", "--limit", f"--limit {part!r}: no file {part[1:]!r} to read host names "
+                                    f"from; accepted: @<file of host names>, or {accepted}"))
+            continue
         plain_name = part.lstrip("!&")
         if not plain_name or any(c in plain_name for c in "*?[~@"):
             continue  # patterns, regexes and @files are Ansible's to match

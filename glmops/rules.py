@@ -14,6 +14,7 @@ catalog (``glmops/catalog/*.yaml``, each with its seed source); codes named afte
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from typing import Any, Iterable
 
@@ -522,11 +523,20 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
 
 def ssh_target(dep: Deployment, name: str) -> str:
     """The machine inventory host ``name`` stands for: ``ansible_host`` (else the name, as ssh
-    uses it), lower-cased, with ``:<ansible_port>`` when the inventory sets a port."""
+    uses it) in one spelling (an IP address in its canonical form, dotted quads without leading
+    zeros; a DNS name lower-cased without its final dot), with ``:<ansible_port>`` when the
+    inventory sets a port."""
     host = dep.hosts[name]
-    address = str(host.vars.get("ansible_host") or name).lower()
+    address = str(host.vars.get("ansible_host") or name).strip().lower().rstrip(".")
+    quad = address.split(".")
+    if len(quad) == 4 and all(p.isdigit() for p in quad):
+        address = ".".join(str(int(p)) for p in quad)
+    try:
+        address = ipaddress.ip_address(address.strip("[]")).compressed
+    except ValueError:
+        pass
     port = host.vars.get("ansible_port")
-    return f"{address}:{port}" if port not in (None, "", "22") else address
+    return f"{address}:{port}" if port not in (None, "", "22", 22) else address
 
 
 def _booked_gpus(dep: Deployment, cpu: bool) -> dict[str, set[int]]:
@@ -543,12 +553,12 @@ def _booked_gpus(dep: Deployment, cpu: bool) -> dict[str, set[int]]:
 
 def _check_duplicate_hosts(dep: Deployment, cpu: bool, out: list[Problem]) -> None:
     """DUPLICATE_HOST: two inventory hosts that reach the same machine (:func:`ssh_target`) and
-    that pools may both place replicas on, when the GPUs booked on them overlap: the plan counts
-    each name as its own node, so the same GPU would serve two replicas. Disjoint ``glmops_gpus``
-    (or pool ``gpus``) under two names of one node are two slices of it and fine. On ``cpu``
-    hardware a replica takes its whole host, so two booked names of one machine always clash.
-    One problem per machine, naming both entries (their inventory places), the address and the
-    GPU ids both book."""
+    that pools may both place replicas on. The plan counts each name as its own node: the
+    same GPU would serve two replicas, each name's services take the same ports (a pool's port,
+    NIXL side channels) on the one address, and each name's deploy removes the other's units
+    there as not its own. So even disjoint ``glmops_gpus`` under two names are refused: list the
+    machine once (pools share a host's GPUs). One problem per machine, naming both entries
+    (their inventory places), the address and the GPU ids both book, if any."""
     booked = _booked_gpus(dep, cpu)
     machines: dict[str, list[str]] = {}
     for name in dep.hosts:  # inventory order
@@ -557,30 +567,16 @@ def _check_duplicate_hosts(dep: Deployment, cpu: bool, out: list[Problem]) -> No
     for target, names in machines.items():
         if len(names) < 2:
             continue
-        clashes: list[tuple[str, str, list[int]]] = []
-        owner: dict[int, str] = {}
-        for i, name in enumerate(names):
-            if cpu:
-                if i:
-                    clashes.append((names[0], name, []))
-                continue
-            shared: dict[str, list[int]] = {}
-            for g in sorted(booked[name]):
-                if g in owner:
-                    shared.setdefault(owner[g], []).append(g)
-                else:
-                    owner[g] = name
-            clashes += [(other, name, gpus) for other, gpus in shared.items()]
-        if not clashes:
-            continue
-        first, second, gpus = clashes[0]
-        what = (f"both book GPUs {gpus} there" if gpus else
-                "each takes the whole machine for a replica (cpu hardware)")
-        more = f"; also {_few([f'{a}/{b}' for a, b, _g in clashes[1:]], 5)}" if clashes[1:] else ""
+        first, second = names[0], names[1]
+        shared = sorted(booked[first] & booked[second])
+        what = (f"both book GPUs {shared} there" if shared else
+                "each takes the whole machine for a replica (cpu hardware)" if cpu else
+                "each name's services would take the same ports there and remove the other's units")
+        more = f"; also {_few(names[2:], 5)}" if names[2:] else ""
         _problem(out, "DUPLICATE_HOST", _src(dep, f"hosts.{second}"),
                  f"hosts {first} ({_src(dep, f'hosts.{first}')}) and {second} ({_src(dep, f'hosts.{second}')}) "
-                 f"are one machine, address {target}, and {what}{more}; accepted: one inventory host per machine"
-                 + ("" if cpu else ", or disjoint glmops_gpus for hosts that share an address"),
+                 f"are one machine, address {target}, and {what}{more}; accepted: one inventory host per machine "
+                 "(pools share its GPUs through their gpus lists)",
                  f"remove {second} or give it its own ansible_host")
 
 

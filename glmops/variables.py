@@ -114,6 +114,9 @@ SHAPES: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "repo": ("SHAPE", _repo_problem),
     "revision": ("SHAPE", _revision_problem),
     "requirement": ("SHAPE", _requirement_problem),
+    # Prometheus' duration (prometheus/common model.ParseDuration: units y w d h m s ms, largest first)
+    "duration": ("SHAPE", _regex(r"^(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?\Z",
+                                 "a Prometheus duration such as 15s, 1m or 1m30s (units y w d h m s ms)")),
 }
 
 #: environment names glmops_env and a pool's env may not set: glmops sets them itself (device
@@ -136,6 +139,7 @@ SHAPE_DOCS = {
     "repo": "Hugging Face repo id (huggingface_hub `validate_repo_id`)",
     "revision": "commit, branch or tag (no `..`)",
     "requirement": "PEP 508 requirement (never a pip option)",
+    "duration": "Prometheus duration (`15s`, `1m30s`; units y w d h m s ms)",
 }
 
 
@@ -318,7 +322,7 @@ MONITORING_KEYS: dict[str, Var] = {
     "host": Var("str", "Host that runs Prometheus.", default="", shown_default="the router/frontend host"),
     "port": Var("int", "Prometheus' listen port (on the host's address only).", default=None,
                 shown_default="catalog `monitoring.prometheus.port` (9090)"),
-    "scrape_interval": Var("str", "Prometheus scrape and rule evaluation interval.", default="15s"),
+    "scrape_interval": Var("str", "Prometheus scrape and rule evaluation interval.", default="15s", shape="duration"),
     "node_exporter": Var("bool", "Debian's `prometheus-node-exporter` on every host of the deployment, a scrape target "
                          "(role `exporter`).", default=False),
     "dcgm_exporter": Var("bool", "NVIDIA's DCGM exporter (catalog `monitoring.dcgm_exporter`) on every NVIDIA GPU host "
@@ -329,7 +333,8 @@ MONITORING_KEYS: dict[str, Var] = {
                                  "`dcgm_exporter-linux-<x86-64|sbsa>-<version>.tar.gz` at the catalog's version "
                                  "(`monitoring.dcgm_exporter.version`); unpacked under `/opt/glmops/dcgm-exporter/`.",
                                  default="", shape="path"),
-    "ttft_p99_slo_ms": Var("int", "Alert GlmopsTTFTp99AboveSLO fires when TTFT p99 stays above this.", default=2000),
+    "ttft_p99_slo_ms": Var("int", "Alert GlmopsTTFTp99AboveSLO fires when TTFT p99 stays above this.", default=2000,
+                           bounds=(1, 3_600_000)),
 }
 
 GROUPS = {

@@ -14,8 +14,18 @@ from glmops import generations as G
 from glmops import planning, runner
 from glmops.commands.history import deployment_records, read_history
 from glmops.commands.options import print_warnings
+from glmops.inventory import check_run_target
 from glmops.model import ValidationError
 from glmops.output import console as make_console
+
+
+def exit_problems(inventory: str, exc: ValidationError) -> None:
+    """Print every problem of ``exc`` and exit 2 (no host contacted)."""
+    err = make_console(stderr=True)
+    err.print(f"{len(exc.problems)} problem(s) in {inventory}; no host contacted:", markup=False)
+    for problem in exc.problems:
+        err.print(f"  {problem}", markup=False)
+    sys.exit(2)
 
 
 def load_plan(inventory: str, topology: str | None, overrides: dict[str, Any] | None = None
@@ -25,21 +35,20 @@ def load_plan(inventory: str, topology: str | None, overrides: dict[str, Any] | 
     try:
         planned = planning.load(inventory, topology, overrides)
     except ValidationError as exc:
-        err = make_console(stderr=True)
-        err.print(f"{len(exc.problems)} problem(s) in {inventory}; no host contacted:", markup=False)
-        for problem in exc.problems:
-            err.print(f"  {problem}", markup=False)
-        sys.exit(2)
+        exit_problems(inventory, exc)
     print_warnings(planned.warnings, inventory, err=True)
     return planned
 
 
-def deployed_topology(inventory: str, default: str) -> str:
+def deployed_topology(inventory: str, default: str, limit: str | None = None) -> str:
     """The topology recorded on the hosts (their current generations, ``glmops history``),
     or ``default`` (the inventory's) when the hosts disagree or nothing is recorded
     (:func:`glmops.generations.deployed_topology`); its one line goes to stderr. One
     read-only run over the inventory's workers and routers."""
-    hist, result, _, hosts = read_history(inventory, None)
+    hist, result, _, hosts = read_history(inventory, None, limit=limit)
+    if limit:  # the hosts --limit leaves out were not read: neither records nor unread
+        kept = set(result.hosts)
+        hist, hosts = {h: v for h, v in hist.items() if h in kept}, [h for h in hosts if h in kept]
     unread = [h for h in hosts if result.hosts.get(h) is None or result.hosts[h].state != "ok"]
     topology, line = G.deployed_topology(hist, default, unread)
     if line:
@@ -47,14 +56,15 @@ def deployed_topology(inventory: str, default: str) -> str:
     return topology
 
 
-def load_deployed_plan(inventory: str, topology: str | None) -> tuple[planning.Planned, str]:
+def load_deployed_plan(inventory: str, topology: str | None, limit: str | None = None
+                       ) -> tuple[planning.Planned, str]:
     """(Plan, topology) of what a day-2 verb acts on: ``--topology`` when given, else what
     the hosts record as deployed (:func:`deployed_topology`). Bad input exits 2 before any
     host is read (:func:`load_plan`)."""
     planned = load_plan(inventory, topology)
     if topology:
         return planned, topology
-    deployed = deployed_topology(inventory, planned.plan.topology)
+    deployed = deployed_topology(inventory, planned.plan.topology, limit)
     return (planned if deployed == planned.plan.topology else load_plan(inventory, deployed)), deployed
 
 
@@ -156,6 +166,16 @@ class Day2Run:
     alternatives: list[planning.Planned] = field(default_factory=list)
     extravars: dict[str, Any] = field(default_factory=dict)
 
+    def chosen_view(self, result: runner.RunResult, names: tuple[str, ...] = ()) -> dict:
+        """The plan view the run acted on (:meth:`chosen`) with only the ``--service`` services
+        (all of them when the names are no services of it: the run failed then, and its own
+        failure says why)."""
+        view = self.chosen(result).view()
+        try:
+            return {**view, "services": pick_services(view, names)}
+        except Unselected:
+            return view
+
     def chosen(self, result: runner.RunResult) -> planning.Planned:
         """The Plan of the topology the run acted on (its plan play's summary), printing the
         line that says why on stderr when there is one; ``planned`` when the run did not plan."""
@@ -169,19 +189,39 @@ class Day2Run:
 
 
 def day2_run(inventory: str, topology: str | None, choose: Callable[[dict], dict[str, Any]] | None = None,
+             *, selected: Callable[[dict], list[dict] | None] | None = None, limit: str | None = None,
              **fixed: Any) -> Day2Run:
     """The :class:`Day2Run` of a day-2 verb: ``choose(view)`` -> the run's selection variables
     for one topology's plan view (keys of :data:`RUN_CHOICE_KEYS`; raises :class:`Unselected`
-    when the selection names nothing of it); ``fixed``: extra vars for any topology (None ones
-    dropped). Bad input exits 2 before any host: the inventory's problems
-    (:func:`load_plan`), or a selection no plannable topology accepts (the default's message).
+    when the selection names nothing of it); ``selected(view)``: the services the user named
+    (None: none named), which must run on a host ``--limit`` keeps; ``fixed``: extra vars for
+    any topology (None ones dropped). Bad input exits 2 before any host: the inventory's
+    problems (:func:`load_plan`), a bad ``--limit``, or a selection no plannable topology accepts
+    (the default's message).
     Plans every topology the inventory plans (on the controller, no host), so the run needs
     no second read of the hosts."""
-    choose = choose or (lambda view: {})
     planned = load_plan(inventory, topology)
+    kept = None
+    if limit is not None:
+        try:
+            kept = set(check_run_target(inventory, limit))
+        except ValidationError as exc:
+            exit_problems(inventory, exc)
+
+    def chosen(view: dict) -> dict:
+        picked = (choose or (lambda v: {}))(view)
+        named = selected(view) if selected else None
+        if kept is not None and named:
+            hosts = sorted({s["host"] for s in named})
+            if not set(hosts) & kept:
+                raise Unselected(f"{', '.join(s['unit'] for s in named)} run(s) on {', '.join(hosts)}, which "
+                                 f"--limit {limit!r} leaves out ({', '.join(sorted(kept))}); accepted: a --limit "
+                                 "that keeps their host, or services on the kept hosts")
+        return picked
+
     if topology:
         try:
-            picked = choose(planned.view())
+            picked = chosen(planned.view())
         except Unselected as exc:
             exit_unselected(exc)
         return Day2Run(planned, [], extravars(topology, **fixed, **picked))
@@ -195,7 +235,7 @@ def day2_run(inventory: str, topology: str | None, choose: Callable[[dict], dict
     choices, refused = {}, []
     for candidate in (planned, *alternatives):
         try:
-            picked = {k: v for k, v in choose(candidate.view()).items() if v is not None}
+            picked = {k: v for k, v in chosen(candidate.view()).items() if v is not None}
             choices[candidate.plan.topology] = {**RUN_CHOICE_KEYS, **picked}
         except Unselected as exc:
             refused.append(exc)

@@ -11,7 +11,7 @@ import click
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import confirm_destructive, day2_run, finish, pick_services, selection
+from glmops.commands.common import Unselected, confirm_destructive, day2_run, finish, pick_services
 from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY, YES
 from glmops.output import console as make_console
 
@@ -30,7 +30,9 @@ RESTART_STEP = "restart_step"
 @YES
 def restart(inventory, topology, rolling, services, limit, yes):
     """Restart the services: workers (gated), then the router (--rolling: one step at a time in
-    one run). Without --rolling the endpoint is down meanwhile: it asks first (--yes: don't).
+    one run), ending when the endpoint answers. Without --rolling the endpoint is down meanwhile,
+    and with it when a step restarts every replica of a role (a disaggregated pool, a single agg
+    replica): it asks first (--yes: don't).
     Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
     if not rolling:
@@ -45,7 +47,14 @@ def restart(inventory, topology, rolling, services, limit, yes):
         return {"glmops_units": units, "glmops_restart_steps": [
             {"name": name, "units": step_units, "bundle": _bundle(name)} for name, step_units in rolling_steps(picked)]}
 
-    run = day2_run(inventory, topology, choose)
+    run = day2_run(inventory, topology, choose, limit=limit,
+                   selected=lambda view: pick_services(view, services) if services else None)
+    if rolling:  # a step that holds every replica of a serving role takes the endpoint down meanwhile
+        down = [f"{c.plan.topology}: {', '.join(steps)}" for c in (run.planned, *run.alternatives)
+                if (steps := outage_steps(c.view(), _picked(c.view(), services)))]
+        if down:
+            confirm_destructive("restart --rolling takes the endpoint down while a step restarts every replica of "
+                                f"its role ({'; '.join(down)}), until it serves again", yes)
 
     def on_event(event: dict) -> None:  # a rolling step's first task reports glmops_event restart_step
         data = event.get("event_data") or {}
@@ -55,8 +64,33 @@ def restart(inventory, topology, rolling, services, limit, yes):
 
     result = runner.run("restart", "restart.yml", inventory, run.extravars, limit=limit, console=console,
                         planned=run.planned, alternatives=run.alternatives, on_event=on_event)
-    plan, _ = selection(run.chosen(result).view(), services)
-    finish(result, plan, console)
+    finish(result, run.chosen_view(result, services), console)
+
+
+def _picked(view: dict, services: tuple[str, ...]) -> list[dict]:
+    try:
+        return pick_services(view, services)
+    except Unselected:  # no service of this topology: nothing restarts there
+        return []
+
+
+def outage_steps(plan: dict, picked: list[dict] | None = None) -> list[str]:
+    """The :func:`rolling_steps` of ``plan``'s ``picked`` services (a view's; default all)
+    during which no replica of a serving role is left: a disaggregated pool restarts all its
+    replicas in one step, and an aggregated step is the only replica of the whole Plan. The
+    front door's own step (seconds) and the discovery store's are not counted."""
+    replicas: dict[str, set] = {}
+    for svc in plan["services"]:
+        if svc["pool"] not in ("store", "router"):
+            replicas.setdefault(svc["pool"], set()).add(svc.get("replica"))
+    out = []
+    for name, _units in rolling_steps({**plan, "services": plan["services"] if picked is None else picked}):
+        if name.startswith("store ") or name == "router":
+            continue
+        pool = "agg" if name.startswith("agg replica") else name.removesuffix(" pool")
+        if pool != "agg" or len(replicas.get("agg", ())) <= 1:
+            out.append(name)
+    return out
 
 
 def _bundle(step: str) -> str:
@@ -96,11 +130,11 @@ def stop(inventory, topology, services, limit, yes):
     console = make_console()
     confirm_destructive("stop takes the endpoint down (`glmops serve` or `deploy` starts it again)", yes)
     run = day2_run(inventory, topology,
-                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None})
+                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None},
+                   limit=limit, selected=lambda view: pick_services(view, services) if services else None)
     result = runner.run("stop", "stop.yml", inventory, run.extravars, limit=limit, console=console,
                         planned=run.planned, alternatives=run.alternatives)
-    plan, _ = selection(run.chosen(result).view(), services)
-    finish(result, plan, console)
+    finish(result, run.chosen_view(result, services), console)
 
 
 @click.command("destroy")
@@ -117,7 +151,7 @@ def destroy(inventory, topology, yes, purge_checkpoints, limit):
     console = make_console()
     confirm_destructive("destroy stops and removes every unit, env and config file of the deployment"
                         + (" and its downloaded checkpoint" if purge_checkpoints else ""), yes)
-    run = day2_run(inventory, topology, glmops_purge_checkpoints=purge_checkpoints)
+    run = day2_run(inventory, topology, limit=limit, glmops_purge_checkpoints=purge_checkpoints)
     result = runner.run("destroy", "destroy.yml", inventory, run.extravars, limit=limit,
                         console=console, planned=run.planned, alternatives=run.alternatives)
     plan = run.chosen(result).view()

@@ -15,9 +15,6 @@ import sys
 from typing import Any
 
 import click
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
-from ansible.vars.manager import VariableManager
 from rich.console import Console
 from rich.table import Table
 
@@ -25,6 +22,8 @@ from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import planning, runner
 from glmops.commands.common import load_plan
 from glmops.commands.options import INVENTORY, LIMIT
+from glmops.inventory import defines
+from glmops.model import ValidationError
 from glmops.output import console as make_console
 
 #: the event key of the prechecks' report (roles/prechecks glmops_prechecks, glmops.runner.event_of)
@@ -32,11 +31,17 @@ PRECHECK_EVENT = "precheck_report"
 
 
 def has_deployment(inventory: str) -> bool:
-    """True when any host of ``inventory`` sets ``glmops_model`` (read with Ansible's own API)."""
-    loader = DataLoader()
-    inv = InventoryManager(loader=loader, sources=[inventory])
-    variables = VariableManager(loader=loader, inventory=inv)
-    return any("glmops_model" in variables.get_vars(host=h) for h in inv.get_hosts())
+    """True when any host of ``inventory`` sets ``glmops_model`` (:func:`glmops.inventory.defines`:
+    Ansible's own API with the run's Vault secrets); exit 2 printing the problems when the
+    inventory cannot be read."""
+    try:
+        return defines(inventory, "glmops_model")
+    except ValidationError as exc:
+        err = make_console(stderr=True)
+        err.print(f"{len(exc.problems)} problem(s) in {inventory}; no host contacted:", markup=False)
+        for problem in exc.problems:
+            err.print(f"  {problem}", markup=False)
+        sys.exit(2)
 
 
 def _validate(inventory: str) -> planning.Planned | None:

@@ -18,7 +18,8 @@ from rich.table import Table
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import Unselected, day2_run, exit_unselected, load_deployed_plan, pick_services, selection
+from glmops.commands.common import Unselected, day2_run, exit_unselected, load_deployed_plan, pick_services
+from glmops.inventory import check_run_target
 from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY
 from glmops.engines import registry
 from glmops.monitoring import read_live
@@ -38,11 +39,12 @@ def status(inventory, topology, as_json, services, limit):
     Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
     run = day2_run(inventory, topology,
-                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None})
+                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None},
+                   limit=limit, selected=lambda view: pick_services(view, services) if services else None)
     result = runner.run("status", "status.yml", inventory, run.extravars, limit=limit,
                         console=make_console(stderr=True), quiet=True, planned=run.planned,
                         alternatives=run.alternatives)
-    plan, _ = selection(run.chosen(result).view(), services)
+    plan = run.chosen_view(result, services)
     rows = status_rows(plan, result)
     if limit:  # only the hosts the --limit pattern kept (a host left out has no result)
         rows = [r for r in rows if r["host"] in result.hosts]
@@ -178,17 +180,22 @@ def _log_units(view: dict, service: str | None, services: tuple[str, ...]) -> li
 def logs(inventory, topology, service, follow, lines, services, limit):
     """Journal lines of SERVICE (a service or unit name, a role or a host; default all) and of
     the --service units. Without --topology: the topology recorded on the hosts by the last deploy."""
+    named = (lambda view: _log_units(view, service, services)) if (service or services) else None
+    # bad SERVICE/--service/--limit: exit 2 here, before any host (for -f too)
+    run = day2_run(inventory, topology,
+                   lambda view: {"glmops_log_units": [s["unit"] for s in _log_units(view, service, services)]},
+                   limit=limit, selected=named, glmops_log_lines=lines)
     if follow:  # ssh + journalctl -f: the hosts' records are read first (one read-only run)
-        planned, _ = load_deployed_plan(inventory, topology)
+        planned, _ = load_deployed_plan(inventory, topology, limit)
         try:
             picked = _log_units(planned.view(), service, services)
         except Unselected as exc:
             exit_unselected(exc)
-        sys.exit(_follow(inventory, picked, lines))
+        kept = set(check_run_target(inventory, limit)) if limit else None
+        picked = [s for s in picked if kept is None or s["host"] in kept]
+        code = _follow(inventory, picked, lines)
+        sys.exit(0 if code == 0 else 1)  # ssh's own codes (255: no connection) are not ours
     console = make_console()
-    run = day2_run(inventory, topology,
-                   lambda view: {"glmops_log_units": [s["unit"] for s in _log_units(view, service, services)]},
-                   glmops_log_lines=lines)
     result = runner.run("logs", "logs.yml", inventory, run.extravars, limit=limit,
                         console=make_console(stderr=True), quiet=True, planned=run.planned,
                         alternatives=run.alternatives)

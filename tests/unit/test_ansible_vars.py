@@ -339,3 +339,35 @@ def test_a_deployment_from_a_plays_hostvars(tmp_path):
     dep = deployment_from_hostvars(inv, hostvars)
     assert dep.topology == "agg" and dep.served_model_name == "from-hostvars"
     assert list(dep.hosts) == hosts and dep.extra["problems"] == []
+
+
+def test_provision_and_check_read_an_encrypted_vars_file_with_its_password(tmp_path, pw, monkeypatch):
+    """``glmops check``/``provision`` first ask whether the inventory has a deployment: that read
+    takes the run's Vault secrets (it used a plain DataLoader and refused every encrypted
+    group_vars file, even with the right password); a wrong one is exit 2 naming the file."""
+    from glmops.ansible_options import AnsibleOptions, using
+    from glmops.commands import provision
+
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    inv = _inventory(tmp_path, pw, inline=False)
+    with using(AnsibleOptions(vault_password_files=(str(pw),))):
+        assert provision.has_deployment(str(inv)) is True
+    wrong = tmp_path / "wrong-pw"
+    wrong.write_text("not-the-password\n")
+    proc = _glmops("check", "-i", str(inv), "--vault-password-file", str(wrong))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "[VAULT]" in proc.stderr and "vault.yml" in proc.stderr, proc.stderr
+
+
+def test_every_vault_file_no_secret_opens_is_named_at_once(tmp_path, pw):
+    """Two encrypted files with two passwords, neither given: both are named in one answer."""
+    inv = _inventory(tmp_path, pw, inline=False)
+    other = tmp_path / "other-pw"
+    other.write_text("another-password\n")
+    second = inv / "group_vars" / "all" / "vault2.yml"
+    second.write_text(yaml.safe_dump({"vault_other": "x"}))
+    _vault(["encrypt", str(second)], other)
+    proc = _glmops("validate", "-i", str(inv))
+    assert proc.returncode == 2
+    said = proc.stdout + proc.stderr
+    assert said.count("[VAULT]") == 2 and "vault.yml" in said and "vault2.yml" in said, said

@@ -357,3 +357,28 @@ def test_record_play_writes_every_plan_host_into_the_manifest():
         {"name": "lab-1", "address": "10.77.0.11", "units": ["glm-lab-agg-0.service"]},
         {"name": "lab-2", "address": "10.77.0.12", "units": ["glm-lab-agg-1.service"]},
         {"name": "lab-3", "address": "10.77.0.13", "units": ["glm-lab-router.service"]}]
+
+
+@pytest.mark.parametrize("argv", [
+    ["stop", "--yes", "--service", "glm-lab-router", "--limit", "lab-1"],
+    ["restart", "--yes", "--service", "glm-lab-router", "--limit", "lab-1"],
+    ["restart", "--rolling", "--service", "glm-lab-router", "--limit", "lab-1"],
+    ["status", "--service", "glm-lab-router", "--limit", "lab-1"],
+    ["logs", "glm-lab-router", "--limit", "lab-1"],
+    ["logs", "-f", "glm-lab-router", "--limit", "lab-1"],
+    ["logs", "-f", "--limit", "nosuch"],
+    ["logs", "-f", "nope"],
+])
+def test_a_selection_the_limit_leaves_out_is_exit_2_before_any_host(monkeypatch, argv):
+    """Services named with --service (or logs' SERVICE) that run only on hosts --limit leaves
+    out: nothing would be done, so exit 2 naming both, before any run or ssh (they reported
+    "ok", exit 0, having done nothing); logs -f checks its SERVICE and --limit first too."""
+    from glmops import ssh
+    from glmops.cli import main
+
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail(f"a run started: {a[:2]}"))
+    monkeypatch.setattr(ssh, "ssh_command", lambda *a, **k: pytest.fail("ssh started"))
+    res = CliRunner().invoke(main, [argv[0], "-i", str(LAB_INV), *argv[1:]])
+    assert res.exit_code == 2, res.output
+    if "glm-lab-router" in argv:
+        assert "glm-lab-router.service run(s) on lab-3, which --limit 'lab-1' leaves out" in res.stderr, res.stderr

@@ -124,3 +124,19 @@ def test_the_role_acts_only_on_glmops_units():
     assert role_vars["engine_service__units"].startswith("{{ engine_service__services")
     status = (REPO / "roles" / "engine_service" / "tasks" / "status.yml").read_text()
     assert "engine_service__services" in status and "engine_service_bundle.services" not in status
+
+
+def test_rolling_restart_asks_when_a_step_holds_every_replica_of_a_role(calls):
+    """inventories/lab disagg: one prefill and one decode replica, each pool one step: the
+    endpoint is down while each restarts (measured on the lab: ~2 min of 503 "No available
+    workers" for the prefill step), so --rolling asks too (exit 2 naming --yes without a
+    terminal); agg with two replicas keeps one serving and does not ask."""
+    res = CliRunner().invoke(main, ["restart", "-i", str(LAB_INV), "--topology", "disagg", "--rolling"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and calls == [], res.output
+    assert "(disagg: prefill pool, decode pool)" in res.stderr and "pass --yes" in res.stderr
+    res = CliRunner().invoke(main, ["restart", "-i", str(LAB_INV), "--topology", "disagg", "--rolling", "--yes"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and [c[0] for c in calls] == ["restart.yml"], res.output
+    calls.clear()
+    assert _invoke("restart", "--rolling").exit_code == 0 and [c[0] for c in calls] == ["restart.yml"]

@@ -214,7 +214,7 @@ def test_upgrade_check_lists_changed_units_and_steps(monkeypatch, topology, out_
     monkeypatch.chdir(REPO)
     deployed = plan_view("inventories/lab", topology)
     ok = runner.RunResult(verb="history", rc=0, status="successful", artifacts=Path("."), seconds=0.0)
-    monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None: (
+    monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None, limit=None: (
         _history_of(deployed), ok, "/var/lib/glmops/_records/lab/generations", list(deployed["hosts"])))
     monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("--check ran a playbook"))
     cli = CliRunner()
@@ -245,7 +245,7 @@ def test_rollback_check_picks_previous_and_rejects_unknown(monkeypatch):
     g2 = _history_of(plan_view("inventories/lab", "agg", {"glmops_max_batch_size": 3}), 2)
     hist = {h: {"current": 2, "generations": g1[h]["generations"] + g2[h]["generations"]} for h in g1}
     ok = runner.RunResult(verb="history", rc=0, status="successful", artifacts=Path("."), seconds=0.0)
-    monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None: (
+    monkeypatch.setattr(day2, "read_history", lambda inv, topo, console=None, limit=None: (
         hist, ok, "/var/lib/glmops/_records/lab/generations", list(hist)))
     monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("--check ran a playbook"))
     res = CliRunner().invoke(main, ["rollback", "-i", "inventories/lab", "--check"], env={"COLUMNS": "250"})

@@ -532,16 +532,37 @@ def test_one_address_with_overlapping_gpus_names_the_hosts_address_and_gpu_ids(t
 
 
 @pytest.mark.parametrize("hosts", [
-    # two slices of one 8-GPU node under two names (glmops models GPUs per inventory host)
-    {"gpu-a": {"ansible_host": "10.0.0.11", "glmops_gpus": [0, 1, 2, 3]},
-     "gpu-b": {"ansible_host": "10.0.0.11", "glmops_gpus": [4, 5, 6, 7]}},
     # one address, two sshd ports: two machines behind one NAT
     {"gpu-a": {"ansible_host": "10.0.0.11", "ansible_port": 2201},
      "gpu-b": {"ansible_host": "10.0.0.11", "ansible_port": 2202}},
 ])
-def test_one_address_without_a_shared_gpu_is_accepted(tmp_path, hosts):
+def test_one_address_on_two_ssh_ports_is_accepted(tmp_path, hosts):
     inv = write_inventory(tmp_path / "inv", _agg_b200(tp=4, replicas=2), hosts=hosts)
     assert _problems(inv) == []
+
+
+def test_two_disjoint_gpu_slices_of_one_machine_under_two_names_are_refused(tmp_path):
+    """Two names of one 8-GPU node with disjoint glmops_gpus: each name's replica took the pool's
+    port on the one address (both agg replicas on 10.0.0.11:8001) and each name's deploy would
+    remove the other's units there as not its own: refused, naming why and the one accepted form."""
+    hosts = {"gpu-a": {"ansible_host": "10.0.0.11", "glmops_gpus": [0, 1, 2, 3]},
+             "gpu-b": {"ansible_host": "10.0.0.11", "glmops_gpus": [4, 5, 6, 7]}}
+    problems = _problems(write_inventory(tmp_path / "inv", _agg_b200(tp=4, replicas=2), hosts=hosts))
+    [dup] = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    assert "address 10.0.0.11" in dup.message and "same ports" in dup.message, dup.message
+    assert "accepted: one inventory host per machine" in dup.message
+
+
+@pytest.mark.parametrize("a,b,address", [
+    ("2001:db8::1", "2001:DB8:0:0::1", "2001:db8::1"),
+    ("node1.example.com", "NODE1.example.com.", "node1.example.com"),
+    ("192.0.2.101", "192.000.002.101", "192.0.2.101"),
+])
+def test_one_machine_spelled_two_ways_is_one_machine(tmp_path, a, b, address):
+    hosts = {"gpu-a": {"ansible_host": a}, "gpu-b": {"ansible_host": b}}
+    problems = _problems(write_inventory(tmp_path / "inv", _agg_b200(), hosts=hosts))
+    [dup] = [p for p in problems if p.code == "DUPLICATE_HOST"]
+    assert f"address {address}," in dup.message, dup.message
 
 
 def test_a_router_named_twice_on_a_worker_s_machine_books_no_gpu(tmp_path):
@@ -751,3 +772,15 @@ def test_a_stored_generation_with_a_dot_dot_path_is_not_restored(tmp_path):
     rc, out = _generation("restore", "--dir", str(gen), "--to", "1")
     assert rc == 1 and "not normalized absolute paths" in out["msg"], out
     assert not escape.exists()
+
+
+def test_a_limit_file_that_does_not_exist_is_exit_2_naming_it(tmp_path):
+    """``--limit @FILE`` with no such file: a LIMIT problem (Ansible raised 'Unable to find limit
+    file', exit 1), before any host."""
+    from glmops.inventory import check_run_target
+    from glmops.model import ValidationError
+
+    with pytest.raises(ValidationError) as exc:
+        check_run_target(str(REPO / "inventories" / "lab"), f"@{tmp_path / 'nonexist'}")
+    [problem] = exc.value.problems
+    assert problem.code == "LIMIT" and "nonexist" in problem.message and "accepted: @<file" in problem.message

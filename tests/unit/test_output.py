@@ -41,8 +41,10 @@ def _unreachable_lab(tmp_path: Path) -> Path:
     gv.write_text(yaml.safe_dump(data, sort_keys=False))
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
     for group in hosts["all"]["children"].values():
-        for hv in group["hosts"].values():
-            hv.update(ansible_host="127.0.0.1", ansible_port=1)  # port 1: connection refused at once
+        for name, hv in group["hosts"].items():
+            # lab-N on port N: connection refused at once (one port each: one machine listed three
+            # times on one address and port would be DUPLICATE_HOST)
+            hv.update(ansible_host="127.0.0.1", ansible_port=int(name.rsplit("-", 1)[1]))
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
     return inv
 
@@ -62,8 +64,8 @@ def test_piped_failed_deploy_cuts_nothing_stamps_progress_and_ends_with_the_fail
     assert any(str(artifacts) in line for line in lines), out
     units = [f"glm-{LONG_DEPLOYMENT}-prefill-0.service", f"glm-{LONG_DEPLOYMENT}-decode-0.service",
              f"glm-{LONG_DEPLOYMENT}-router.service"]
-    refused = "ssh: connect to host 127.0.0.1 port 1: Connection refused"
     for host, unit in zip(("lab-1", "lab-2", "lab-3"), units):
+        refused = f"ssh: connect to host 127.0.0.1 port {host[-1]}: Connection refused"
         # the table row is one line: host, the whole unit name and the whole reason
         assert any(host in line and unit in line and refused in line for line in lines), out
     # a wrapped table cell would add a row line with an empty host cell
