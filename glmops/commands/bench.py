@@ -186,7 +186,9 @@ def _client(client, host: str, aiperf_path, inventory, tokenizer, target: b.Benc
             if probe.returncode != 0:
                 raise b.BenchError(f"aiperf is not installed on bench host {host} at {binary} "
                                    f"(ssh said: {probe.stderr.strip()[:200] or 'exit ' + str(probe.returncode)}); "
-                                   "install it there, or run from here with --bench-host controller")
+                                   f"install it there (python3 -m venv {binary.rsplit('/bin/', 1)[0]} && "
+                                   f"{binary.rsplit('/bin/', 1)[0]}/bin/pip install aiperf=={b.AIPERF_VERSION}), "
+                                   "or run from here with --bench-host controller")
             version = b.AIPERF_VERSION
             if tokenizer is None:  # the controller's tokenizer path means nothing there
                 target.tokenizer = "builtin"
