@@ -44,7 +44,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 VERIFY_TASKS = {
     "checkpoint": "The missing shard alone came back, byte for byte; the unchanged run fetched nothing",
     "discovery_store": "Restarted once, on the new state dir",
-    "engine_runtime": "The changed input replaced the venv",
+    "engine_runtime": "The changed input replaced the venv (marker rewritten, hf-xet gone)",
     "engine_service": "The change restarted it once, with the new env, and it runs",
     "generation": "Generation 1 is back byte for byte and current",
     "monitoring": "The change reloaded Prometheus (same process) with the new SLO rule",
@@ -67,9 +67,9 @@ def glmops(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def run_scenario(name: str, logs: Path) -> tuple[str, int, str, float]:
     env = {**os.environ, "PATH": f"{REPO / '.venv/bin'}:{os.environ['PATH']}", "ANSIBLE_FORCE_COLOR": "0",
-           "NO_COLOR": "1", "COLUMNS": "400", "GLMOPS_MOL_LAB": LAB}
+           "NO_COLOR": "1", "COLUMNS": "400", "PYTHONUNBUFFERED": "1", "GLMOPS_MOL_LAB": LAB}
     t0 = time.monotonic()
-    # one stream: Molecule's step lines (stderr) stay between the output of the playbooks they frame
+    # one unbuffered stream: Molecule's step lines (stderr) stay between the playbook output they frame
     r = subprocess.run([str(REPO / ".venv/bin/molecule"), "test", "-s", name], cwd=REPO, env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
     out = ANSI.sub("", r.stdout)
