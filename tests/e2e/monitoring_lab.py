@@ -13,6 +13,7 @@ test_monitoring.py and tests/doubles/ check them against the names the catalog c
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -53,6 +54,18 @@ def lab_expression(names: set[str], only_with: set[str], families: tuple[str, ..
     the lab lacks."""
     own = {n for n in names if n.startswith(families)}
     return bool(own) and not (own & only_with) or (names and names <= LAB_BUILTIN)
+
+
+def lab_roles_match(expr: str, roles: set[str]) -> bool:
+    """False when ``expr`` pins the ``role`` label (``role="x"`` or ``role=~"re"``) to roles none
+    of the lab deployment's targets has (e.g. ``role="etcd"``: the discovery store, which a vLLM
+    lab runs none of); True otherwise."""
+    for op, value in re.findall(r'\brole\s*(=~|=)\s*"([^"]*)"', expr):
+        if op == "=" and value not in roles:
+            return False
+        if op == "=~" and not any(re.fullmatch(value, r) for r in roles):
+            return False
+    return True
 
 
 def check_prometheus(inventory: Path, runs_dir: Path, deployment: str, endpoint: str, model: str,
@@ -114,6 +127,9 @@ def check_prometheus(inventory: Path, runs_dir: Path, deployment: str, endpoint:
         names = monitoring.metric_names(expr)
         if not lab_expression(names, only_with, families):
             skipped[expr] = f"{where}: series the vLLM lab has none of ({', '.join(sorted(names))})"
+            continue
+        if not lab_roles_match(expr, {g["labels"]["role"] for g in targets}):
+            skipped[expr] = f"{where}: a role the vLLM lab deployment has no target of"
             continue
         evaluated += 1
         if not query(prom, expr):
