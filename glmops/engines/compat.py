@@ -97,21 +97,9 @@ def _check(dep: Deployment, cat: Any, out: list[Problem]) -> None:
     for entry in entry_of.get("compat") or []:
         if not applies(entry, version):
             continue
-        kind = entry.get("kind")
-        if kind == "disagg_tp":
-            _disagg_tp(dep, entry, label, out)
-        elif kind == "disagg_pp":
-            _disagg_pp(dep, entry, label, out)
-        elif kind == "speculative_with_pp":
-            _speculative_with_pp(dep, entry, label, out)
-        elif kind == "disagg_arg":
-            _disagg_arg(dep, entry, label, out)
-        elif kind == "disagg_inputs":
-            _disagg_inputs(dep, entry, label, out)
-        elif kind == "not_rendered":
-            _not_rendered(dep, entry, label, out)
-        elif kind == "config_value":
-            _config_value(dep, entry, label, out)
+        check = _CHECKS.get(str(entry.get("kind")))
+        if check is not None:
+            check(dep, entry, label, out)
 
 
 def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
@@ -245,3 +233,9 @@ def _not_rendered(dep: Deployment, entry: dict, label: str, out: list[Problem]) 
             f"the seed's {entry.get('says')} is not in this plan ({label}): {entry.get('why')} "
             f"({entry.get('source')})",
             f"{entry.get('accepted')} (glmops validate --strict refuses it)")
+
+
+#: entry kind -> its check (the kinds of :data:`KINDS`)
+_CHECKS = {"disagg_tp": _disagg_tp, "disagg_pp": _disagg_pp, "speculative_with_pp": _speculative_with_pp,
+           "disagg_arg": _disagg_arg, "disagg_inputs": _disagg_inputs, "not_rendered": _not_rendered,
+           "config_value": _config_value}

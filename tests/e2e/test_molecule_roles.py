@@ -18,20 +18,16 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
-    pytest.mark.skipif(shutil.which("systemd-nspawn") is None, reason="systemd-nspawn missing"),
-]
+import deploylab as D
+
+pytestmark = D.LAB_MARKS
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = "mol-roles"
