@@ -126,7 +126,7 @@ def test_runtime_probe_reads_manifest_marker_and_packages(tmp_path):
                               capture_output=True, text=True, check=True)
         return json.loads(proc.stdout)
 
-    assert run() == {"manifest": None, "marker": None, "packages": {}}
+    assert run() == {"manifest": None, "marker": None, "packages": {}, "platform": None}
     (wh / "wheelhouse.json").write_text(json.dumps({"key": "k1", "lock": ["a==1"],
                                                     "system_packages": ["glmops-no-such-package"]}))
     (venv / ".glmops-runtime.json").write_text(json.dumps({"hash": "h1"}))
@@ -137,6 +137,13 @@ def test_runtime_probe_reads_manifest_marker_and_packages(tmp_path):
     (venv / ".glmops-runtime.json").write_text("{not json")
     out = run("--packages", "glmops-other-missing")
     assert out["marker"] is None and out["packages"] == {"glmops-other-missing": "not-installed"}
+    # --python: what a packed venv depends on besides its wheels (roles/engine_runtime, the archive)
+    os_release = {k: v.strip('"') for k, v in (line.split("=", 1) for line in
+                                                Path("/etc/os-release").read_text().splitlines() if "=" in line)}
+    want = (f"{os_release['ID']}-{os_release['VERSION_ID']}-{os.uname().machine}-cpython-"
+            + ".".join(map(str, sys.version_info[:3])))
+    assert run("--python", sys.executable)["platform"] == want
+    assert run("--python", str(tmp_path / "no-such-python"))["platform"] is None
 
 
 # ------------------------------------------------------------ glmops_endpoint action plugin
