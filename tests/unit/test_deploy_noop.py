@@ -397,7 +397,8 @@ def _runtime_role(tmp: Path, wheelhouse: Path) -> subprocess.CompletedProcess:
     extra.write_text(json.dumps({
         "engine_runtime_engine": "engine", "engine_runtime_version": "1.0.0",
         "engine_runtime_venv": str(tmp / "venvs" / "engine-1.0.0"), "engine_runtime_wheelhouse": str(wheelhouse),
-        "engine_runtime_python": sys.executable if not Path("/usr/bin/python3").exists() else "/usr/bin/python3"}))
+        "engine_runtime_python": sys.executable if not Path("/usr/bin/python3").exists() else "/usr/bin/python3",
+        "engine_runtime_archive_dir": str(tmp / "runtimes")}))
     env = {k: v for k, v in ENV.items() if k not in ("PIP_INDEX_URL", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
                            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{extra}", str(book)],

@@ -89,7 +89,9 @@ def _role(tmp: Path, wheelhouse: Path, pins: list[str]) -> subprocess.CompletedP
     extra.write_text(json.dumps({
         "engine_runtime_engine": "engine", "engine_runtime_version": "1.0.0",
         "engine_runtime_venv": str(tmp / "venvs" / "engine-1.0.0"), "engine_runtime_wheelhouse": str(wheelhouse),
-        "engine_runtime_python": PYTHON, "engine_runtime_pins": pins}))
+        "engine_runtime_python": PYTHON, "engine_runtime_pins": pins,
+        # one host: it would only pack for nobody (and write the operator's cache)
+        "engine_runtime_archive_dir": ""}))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     for name in ("PIP_INDEX_URL", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL"):

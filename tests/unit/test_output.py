@@ -272,7 +272,8 @@ def test_install_heartbeat_through_the_real_role_and_runner(tmp_path, monkeypatc
     python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
     extra = {"engine_runtime_engine": "engine", "engine_runtime_version": "1.0.0",
              "engine_runtime_venv": str(tmp_path / "venvs" / "engine-1.0.0"),
-             "engine_runtime_wheelhouse": str(wh), "engine_runtime_python": python, "engine_runtime_poll_s": 1}
+             "engine_runtime_wheelhouse": str(wh), "engine_runtime_python": python, "engine_runtime_poll_s": 1,
+             "engine_runtime_archive_dir": str(tmp_path / "runtimes")}
     beats = []
 
     def on_event(event):
