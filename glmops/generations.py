@@ -11,7 +11,8 @@ the newest ``generation_keep`` (default 5). This module turns what the hosts rep
   new Plan (or between two generations);
 * :func:`steps`: the rolling order, one agg replica (or one disagg replica of a pool) at a
   time, the front door last, each with the router it may be taken out of;
-* :func:`parse_sets`: ``--set key=value`` into ``load_deployment`` overrides.
+* :func:`parse_sets`: ``--set key=value`` into ``load_deployment`` overrides;
+* :func:`unit_changes`: the generations that changed some units' files (``history --service``).
 
 Router removal (measured against vllm-router 0.1.17, this repo's wheelhouse): in regular
 (agg) mode ``POST /remove_worker?url=`` and ``POST /add_worker?url=`` both work at run

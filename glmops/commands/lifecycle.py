@@ -2,7 +2,9 @@
 
 Each acts on the topology the hosts record as deployed unless ``--topology`` says otherwise,
 plans once on the controller (bad input: exit 2, no host contacted) and hands that Plan to
-its run. Exit codes: 0 ok, 1 the run failed, 2 bad input.
+its run. Each takes ``--service NAME`` (only those units: ``commands.services.pick_services``);
+``destroy --service`` removes only them and their files and asks only when
+:func:`outage_roles` says the endpoint loses a role. Exit codes: 0 ok, 1 the run failed, 2 bad input.
 """
 from __future__ import annotations
 
