@@ -212,3 +212,17 @@ def decide(prechecks_failed: list[str], states: list[dict], runtimes: list[tuple
         why.append(f"the current generation ({str(current).strip() if current is not None else 'none'}) is not "
                    f"the one this Plan's deploy recorded ({stamp.get('generation')}): a rollback or upgrade ran since")
     return why
+
+
+def destroy_picked(plan: dict, units: list[str], host: str) -> dict[str, list[str]]:
+    """What ``glmops destroy --service`` removes on ``host``: ``{"units": [unit name], "paths":
+    [file path]}``, the ``units`` (``glmops_units``) the Plan view ``plan`` runs on ``host`` and
+    their files (each service view's ``paths``: unit file, env and config files), less every
+    path a service that stays on the host uses too (a shared image overlay). Both lists follow
+    the Plan's order; empty when none of ``units`` runs on ``host``. The unit files' drop-in
+    directories (``<unit file>.d``) go with them (``roles/engine_service`` destroy)."""
+    on_host = [s for s in plan.get("services", []) if s.get("host") == host]
+    picked = [s for s in on_host if s["unit"] in set(units)]
+    kept = {p for s in on_host if s["unit"] not in set(units) for p in s.get("paths", [])}
+    paths = [p for s in picked for p in s.get("paths", []) if p not in kept]
+    return {"units": [s["unit"] for s in picked], "paths": list(dict.fromkeys(paths))}

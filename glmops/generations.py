@@ -11,7 +11,8 @@ the newest ``generation_keep`` (default 5). This module turns what the hosts rep
   new Plan (or between two generations);
 * :func:`steps`: the rolling order, one agg replica (or one disagg replica of a pool) at a
   time, the front door last, each with the router it may be taken out of;
-* :func:`parse_sets`: ``--set key=value`` into ``load_deployment`` overrides.
+* :func:`parse_sets`: ``--set key=value`` into ``load_deployment`` overrides;
+* :func:`unit_changes`: the generations that changed some units' files (``history --service``).
 
 Router removal (measured against vllm-router 0.1.17, this repo's wheelhouse): in regular
 (agg) mode ``POST /remove_worker?url=`` and ``POST /add_worker?url=`` both work at run
@@ -125,6 +126,29 @@ def manifest_files(manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
 def changed_units(old: dict[str, dict[str, str]], new: dict[str, dict[str, str]]) -> list[str]:
     """Units of ``new`` whose files differ from ``old`` (added units count as changed)."""
     return [u for u, files in new.items() if old.get(u) != files]
+
+
+def unit_changes(history: dict[str, dict[str, Any]], units: list[str] | tuple[str, ...]
+                 ) -> dict[str, dict[str, Any]]:
+    """``glmops history --service``: ``history`` (host -> ``{"generations": [manifest],
+    "current": N}``) with, on each host, only the generations in which a file of one of
+    ``units`` (its unit, env or config file: the manifest's ``files`` with that ``unit``) was
+    added, changed or removed against the host's previous recorded generation (by number);
+    the oldest generation a host keeps counts when it holds any of them (nothing older is
+    left to compare with). ``current`` is kept as it is; each kept manifest gets
+    ``changed_units``: which of ``units`` changed in it."""
+    out = {}
+    for host, got in history.items():
+        kept, before = [], None
+        for g in sorted(got.get("generations", []), key=lambda m: int(m.get("number") or 0)):
+            files = manifest_files(g)
+            now = {u: files[u] for u in units if u in files}
+            changed = [u for u in units if (now.get(u) != (before or {}).get(u))]
+            before = now
+            if changed:
+                kept.append({**g, "changed_units": changed})
+        out[host] = {**got, "generations": kept}
+    return out
 
 
 def current_manifests(history: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

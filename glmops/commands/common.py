@@ -14,6 +14,7 @@ from glmops import generations as G
 from glmops import planning, runner
 from glmops.commands.history import deployment_records, read_history
 from glmops.commands.options import print_warnings
+from glmops.commands.services import Unselected, exit_unselected, pick_services, select_services  # noqa: F401 (re-exported)
 from glmops.inventory import check_run_target
 from glmops.model import ValidationError
 from glmops.output import console as make_console
@@ -103,42 +104,6 @@ def confirm_destructive(what: str, yes: bool) -> None:
     sys.exit(2)
 
 
-class Unselected(Exception):
-    """A ``--service`` (or ``logs`` SERVICE) selection names nothing of a Plan; its one-line
-    message names what was asked and what is accepted."""
-
-
-def pick_services(plan: dict, names: tuple[str, ...]) -> list[dict]:
-    """The Plan's services ``--service NAME ...`` names (a unit name with or without
-    ``.service``; every service without a name), in the Plan's order; :class:`Unselected`
-    naming each unknown name and listing the accepted ones."""
-    if not names:
-        return list(plan["services"])
-    wanted = {n if n.endswith(".service") else f"{n}.service" for n in names}
-    units = [s["unit"] for s in plan["services"]]
-    unknown = [n for n in names if (n if n.endswith(".service") else f"{n}.service") not in units]
-    if unknown:
-        raise Unselected(
-            f"--service {', '.join(repr(n) for n in unknown)}: not a service of deployment {plan['deployment']} "
-            f"({plan['topology']}); accepted: {', '.join(units)} (with or without .service)")
-    return [s for s in plan["services"] if s["unit"] in wanted]
-
-
-def exit_unselected(exc: Unselected) -> None:
-    """Print the selection's problem and exit 2 (before any host is touched)."""
-    make_console(stderr=True).print(str(exc), markup=False, soft_wrap=True)
-    sys.exit(2)
-
-
-def select_services(plan: dict, names: tuple[str, ...]) -> list[dict]:
-    """:func:`pick_services`, or exit 2 printing why (before any host is touched)."""
-    try:
-        return pick_services(plan, names)
-    except Unselected as exc:
-        exit_unselected(exc)
-        raise  # unreachable: exit_unselected exits
-
-
 def selection(plan: dict, names: tuple[str, ...]) -> tuple[dict, list[str] | None]:
     """(the Plan's view with only the ``--service`` services, ``glmops_units`` for the run: the
     selected units, None without ``--service``): see :func:`select_services`."""
@@ -146,6 +111,14 @@ def selection(plan: dict, names: tuple[str, ...]) -> tuple[dict, list[str] | Non
     if not names:
         return plan, None
     return {**plan, "services": picked}, [s["unit"] for s in picked]
+
+
+def by_service(services: tuple[str, ...]) -> dict[str, Callable[[dict], Any]]:
+    """:func:`day2_run`'s ``choose`` and ``selected`` for a verb whose ``--service`` names the
+    units it acts on (``glmops_units``; none named: every unit)."""
+    return {"choose": lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)]
+                                    if services else None},
+            "selected": lambda view: pick_services(view, services) if services else None}
 
 
 #: what a day-2 run's selection may set (playbooks/plays/plan.yml takes each from the chosen

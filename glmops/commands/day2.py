@@ -19,6 +19,13 @@ as ``glmops_event`` reports (:data:`PLAN`, :data:`STEP`, :data:`RESULT`), printe
 * ``rollback``: put the previous (or ``--to N``) generation's files back byte for byte,
   the same rolling way, then make it current.
 
+Neither takes ``--service`` (:func:`refuse_service`: exit 2 before any host): a generation is
+one consistent deployment, recorded on every host and put back whole, so one service cannot
+move to another generation alone. ``upgrade`` already restarts only the units whose files
+change, so a setting of one role goes in the inventory per pool
+(``glmops_topologies.<topology>.pools.<role>.engine_args|engine_config|env``) and ``upgrade``
+rolls only that pool; ``restart --service`` restarts one service, ``--limit`` narrows the hosts.
+
 Exit codes: 0 ok, 1 a step failed (named), 2 bad input or nothing to act on.
 """
 from __future__ import annotations
@@ -47,6 +54,28 @@ from glmops.output import console as make_console
 PLAN = "day2_plan"
 STEP = "day2_step"
 RESULT = "day2_result"
+
+
+#: why ``upgrade``/``rollback`` refuse ``--service`` and what to use instead (see the module doc)
+NO_SERVICE = {
+    "upgrade": ("a generation is one consistent deployment, so an upgrade rolls the whole inventory and restarts "
+                "only the units whose files change. For one role's settings set them per pool in the inventory "
+                "(glmops_topologies.<topology>.pools.<role>.engine_args, engine_config or env) and run "
+                "`glmops upgrade` (only that pool's units roll); to restart one service: `glmops restart "
+                "--service NAME`; to narrow the hosts: --limit"),
+    "rollback": ("a generation is restored whole (every unit's files byte for byte, then it is current on every "
+                 "host): rolling back one service would leave the hosts on a generation nobody recorded. Roll the "
+                 "whole deployment back (`glmops rollback`, --check to see what changes), or restart one service "
+                 "with `glmops restart --service NAME`; --limit narrows the hosts"),
+}
+
+
+def refuse_service(verb: str, services: tuple[str, ...]) -> None:
+    """``upgrade``/``rollback --service``: exit 2 before any host saying why and what to use
+    (:data:`NO_SERVICE`); nothing without ``--service``."""
+    if services:
+        _err(f"{verb} --service {', '.join(services)}: not accepted: {NO_SERVICE[verb]}")
+        sys.exit(2)
 
 
 def _err(msg: str) -> None:
@@ -166,10 +195,17 @@ def _decided(result: runner.RunResult, reports: _Reports) -> dict:
 @click.option("--check", is_flag=True, help="Show which units change and the steps; change nothing.")
 @click.option("--drain-timeout", default=120, show_default=True, type=click.IntRange(0, 3600),
               help="Seconds to wait for a worker's requests to finish after it left the router.")
+@click.option("--service", "services", multiple=True, metavar="NAME",
+              help="Not accepted (exit 2): a generation is one consistent deployment; upgrade restarts only the "
+                   "units whose files change: set one role's settings per pool in the inventory "
+                   "(glmops_topologies.<topology>.pools.<role>.engine_args/engine_config/env), or use "
+                   "`restart --service`, --limit.")
 @LIMIT
-def upgrade(inventory, topology, sets, check, drain_timeout, limit):
+def upgrade(inventory, topology, sets, check, drain_timeout, services, limit):
     """Roll a changed engine version, image or setting out one replica at a time, each
-    gated on readiness and a one-token request; stop at the first failure."""
+    gated on readiness and a one-token request; stop at the first failure. Only the units
+    whose files change restart: a per-pool setting in the inventory rolls only that pool."""
+    refuse_service("upgrade", services)
     console = make_console()
     planned, overrides = _planned_with_sets(inventory, topology, sets)
     plan = planned.view()
@@ -263,10 +299,14 @@ def _planned_with_sets(inventory: str, topology: str | None, sets: tuple[str, ..
 @click.option("--check", is_flag=True, help="Show which units change and the steps; change nothing.")
 @click.option("--drain-timeout", default=120, show_default=True, type=click.IntRange(0, 3600),
               help="Seconds to wait for a worker's requests to finish after it left the router.")
+@click.option("--service", "services", multiple=True, metavar="NAME",
+              help="Not accepted (exit 2): a generation is restored whole; use `restart --service`, --limit.")
 @LIMIT
-def rollback(inventory, topology, to, check, drain_timeout, limit):
+def rollback(inventory, topology, to, check, drain_timeout, services, limit):
     """Put the previous (or --to N) generation's units and files back byte for byte, one
-    replica at a time, each gated on readiness; then it is the current generation."""
+    replica at a time, each gated on readiness; then it is the current generation (of the
+    whole deployment: no --service)."""
+    refuse_service("rollback", services)
     console = make_console()
     if check:
         rb = G.rollback_plan(_read_or_exit(inventory, topology, limit), to, drain_timeout)

@@ -15,8 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
-from glmops import runner
-from glmops.commands.options import INVENTORY, LIMIT, TOPOLOGY
+from glmops import generations as G
+from glmops import planning, runner
+from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY
+from glmops.commands.services import Unselected, exit_unselected, pick_services
 from glmops.deploystate import records_dir
 from glmops.inventory import load_deployment
 from glmops.model import Problem, ValidationError
@@ -70,25 +72,63 @@ def read_history(inventory: str, topology: str | None, console: Console | None =
     return {h: got.get(h, {"generations": [], "current": None}) for h in hosts}, result, gen_dir, hosts
 
 
+def history_units(inventory: str, topology: str | None, names: tuple[str, ...]) -> list[str]:
+    """The unit names ``history --service NAME ...`` asks about (``.service`` added), checked
+    against the services of every Plan the inventory makes (``--topology``: that one's), so
+    a unit of the other topology counts. Exits 2 before any host: a name no Plan has (naming
+    it and the accepted units), or the inventory's problems when it plans nothing."""
+    views, problems = [], []
+    for top in [topology] if topology else G.TOPOLOGIES:
+        try:
+            views.append(planning.load(inventory, top).view())
+        except ValidationError as exc:
+            problems = problems or exc.problems
+    if not views:
+        err = make_console(stderr=True)
+        err.print(f"history --service needs the Plan to know the services; {len(problems)} problem(s) in "
+                  f"{inventory}; no host contacted:", markup=False, soft_wrap=True)
+        for problem in problems:
+            err.print(f"  {problem}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    units = list(dict.fromkeys(s["unit"] for v in views for s in v["services"]))
+    try:
+        pick_services({**views[0], "services": [{"unit": u} for u in units],
+                       "topology": "/".join(v["topology"] for v in views)}, names)
+    except Unselected as exc:
+        exit_unselected(exc)
+    return [n if n.endswith(".service") else f"{n}.service" for n in dict.fromkeys(names)]
+
+
 @click.command("history")
 @ANSIBLE_OPTS
 @INVENTORY
 @TOPOLOGY
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: per host its generations and the current one.")
+@SERVICE
 @LIMIT
-def history(inventory, topology, as_json, limit):
-    """List the generations recorded on every host (newest last; * = current)."""
+def history(inventory, topology, as_json, services, limit):
+    """List the generations recorded on every host (newest last; * = current).
+
+    --service NAME: only the generations in which that service's unit, env or config files
+    changed against the host's previous recorded generation (added, changed or removed; the
+    oldest one a host keeps counts when it holds them), from the files each generation
+    records; the name must be a service of a Plan the inventory makes (either topology)."""
     console = make_console()
+    units = history_units(inventory, topology, services) if services else []
     hist, result, gen_dir, _ = read_history(inventory, topology, limit=limit)
+    if units:
+        hist = G.unit_changes(hist, units)
     if as_json:
-        click.echo(json.dumps({"dir": gen_dir, "hosts": hist, "failures": result.failures}, indent=2))
+        click.echo(json.dumps({"dir": gen_dir, **({"services": units} if units else {}), "hosts": hist,
+                               "failures": result.failures}, indent=2))
         sys.exit(0 if result.ok else 1)
-    table = Table(title=f"generations ({gen_dir})")
+    table = Table(title=f"generations ({gen_dir})" + (f" changing {', '.join(units)}" if units else ""))
     for col in ("host", "gen", "recorded (UTC)", "by", "engine runtimes", "checkpoint", "plan", "units"):
         table.add_column(col)
     for host, got in hist.items():
         if not got["generations"]:
-            table.add_row(host, "-", "-", "-", "-", "-", "-", "none recorded")
+            table.add_row(host, "-", "-", "-", "-", "-", "-",
+                          f"no change of {', '.join(units)} recorded" if units else "none recorded")
         for g in got["generations"]:
             mark = "*" if g["number"] == got["current"] else " "
             runtimes = ", ".join(f"{r['engine']} {r['version']}" for r in g.get("runtimes", [])) or \
@@ -96,7 +136,7 @@ def history(inventory, topology, as_json, limit):
             ck = g.get("checkpoint", {})
             table.add_row(host, f"{g['number']}{mark}", g.get("recorded_at", ""), g.get("source", ""), runtimes,
                           f"{ck.get('repo', '')}@{str(ck.get('revision', ''))[:12]}", str(g.get("plan_hash", ""))[:12],
-                          ", ".join(u["unit"] for u in g.get("units", [])))
+                          ", ".join(g["changed_units"] if units else (u["unit"] for u in g.get("units", []))))
     console.print(table)
     for failure in result.failures:
         console.print(f"failed {failure}", markup=False)

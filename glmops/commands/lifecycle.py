@@ -2,16 +2,19 @@
 
 Each acts on the topology the hosts record as deployed unless ``--topology`` says otherwise,
 plans once on the controller (bad input: exit 2, no host contacted) and hands that Plan to
-its run. Exit codes: 0 ok, 1 the run failed, 2 bad input.
+its run. Each takes ``--service NAME`` (only those units: ``commands.services.pick_services``);
+``destroy --service`` removes only them and their files and asks only when
+:func:`outage_roles` says the endpoint loses a role. Exit codes: 0 ok, 1 the run failed, 2 bad input.
 """
 from __future__ import annotations
 
+import sys
 
 import click
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import Unselected, confirm_destructive, day2_run, finish, pick_services
+from glmops.commands.common import Unselected, by_service, confirm_destructive, day2_run, finish, pick_services
 from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY, YES
 from glmops.output import console as make_console
 
@@ -48,7 +51,7 @@ def restart(inventory, topology, rolling, services, limit, yes):
             {"name": name, "units": step_units, "bundle": _bundle(name)} for name, step_units in rolling_steps(picked)]}
 
     run = day2_run(inventory, topology, choose, limit=limit,
-                   selected=lambda view: pick_services(view, services) if services else None)
+                   selected=by_service(services)["selected"])
     if rolling:  # a step that holds every replica of a serving role takes the endpoint down meanwhile
         down = [f"{c.plan.topology}: {', '.join(steps)}" for c in (run.planned, *run.alternatives)
                 if (steps := outage_steps(c.view(), _picked(c.view(), services)))]
@@ -129,9 +132,7 @@ def stop(inventory, topology, services, limit, yes):
     last deploy."""
     console = make_console()
     confirm_destructive("stop takes the endpoint down (`glmops serve` or `deploy` starts it again)", yes)
-    run = day2_run(inventory, topology,
-                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None},
-                   limit=limit, selected=lambda view: pick_services(view, services) if services else None)
+    run = day2_run(inventory, topology, **by_service(services), limit=limit)
     result = runner.run("stop", "stop.yml", inventory, run.extravars, limit=limit, console=console,
                         planned=run.planned, alternatives=run.alternatives)
     finish(result, run.chosen_view(result, services), console)
@@ -142,21 +143,54 @@ def stop(inventory, topology, services, limit, yes):
 @INVENTORY
 @TOPOLOGY
 @YES
-@click.option("--purge-checkpoints", is_flag=True, help="Also delete the downloaded checkpoint.")
+@click.option("--purge-checkpoints", is_flag=True, help="Also delete the downloaded checkpoint (not with --service).")
+@SERVICE
 @LIMIT
-def destroy(inventory, topology, yes, purge_checkpoints, limit):
+def destroy(inventory, topology, yes, purge_checkpoints, services, limit):
     """Stop and remove every unit, env and config file of the deployment (checkpoints
-    stay unless --purge-checkpoints). Without --topology: the topology recorded on the
-    hosts by the last deploy."""
+    stay unless --purge-checkpoints): it asks first (--yes: don't).
+
+    --service NAME: stop and remove only those units, their drop-ins and the env and config
+    files no other unit uses; every other unit keeps running, and the deployment's target,
+    checkpoint, records, scrape targets and a discovery store's data stay (`glmops deploy`
+    puts the units back). It asks only when the named services are every replica of a role
+    the endpoint needs (a pool, the front door, the discovery store). Without --topology: the
+    topology recorded on the hosts by the last deploy."""
     console = make_console()
-    confirm_destructive("destroy stops and removes every unit, env and config file of the deployment"
-                        + (" and its downloaded checkpoint" if purge_checkpoints else ""), yes)
-    run = day2_run(inventory, topology, limit=limit, glmops_purge_checkpoints=purge_checkpoints)
+    if services and purge_checkpoints:
+        make_console(stderr=True).print("--purge-checkpoints removes the checkpoint every service of the deployment "
+                                        "reads: not with --service (destroy the whole deployment for that)",
+                                        markup=False, soft_wrap=True)
+        sys.exit(2)
+    if not services:
+        confirm_destructive("destroy stops and removes every unit, env and config file of the deployment"
+                            + (" and its downloaded checkpoint" if purge_checkpoints else ""), yes)
+    run = day2_run(inventory, topology, **by_service(services), limit=limit, glmops_purge_checkpoints=purge_checkpoints)
+    if services:  # every replica of a role the endpoint needs: the endpoint goes down
+        down = [f"{c.plan.topology}: {', '.join(roles)}" for c in (run.planned, *run.alternatives)
+                if (roles := outage_roles(c.view(), _picked(c.view(), services)))]
+        if down:
+            confirm_destructive("destroy --service removes every replica of a role the endpoint needs "
+                                f"({'; '.join(down)}): the endpoint is down until `glmops deploy` puts them back", yes)
     result = runner.run("destroy", "destroy.yml", inventory, run.extravars, limit=limit,
                         console=console, planned=run.planned, alternatives=run.alternatives)
-    plan = run.chosen(result).view()
+    plan = run.chosen_view(result, services)
     for svc in plan["services"]:
         if svc["role"] == "store" and result.ok:  # the units are gone; the store's data is not
             console.print(f"kept on {svc['host']}: {svc['name']}'s data under {plan['state_dir']}/{plan['deployment']}/ "
                           "(remove it to start the discovery store empty)", markup=False)
     finish(result, plan, console)
+
+
+def outage_roles(plan: dict, picked: list[dict]) -> list[str]:
+    """The pools of ``plan`` (a view) the endpoint needs that no replica is left of once the
+    ``picked`` services are gone: ``agg``/``prefill``/``decode`` when every replica of the pool
+    has a picked unit (a replica spanning hosts is broken by one unit), ``router`` (the front
+    door) and ``store`` (the discovery store) when every unit of it is picked. In Plan order."""
+    gone = {s["unit"] for s in picked}
+    replicas: dict[str, dict] = {}
+    for svc in plan["services"]:
+        key = svc.get("replica") if svc["pool"] in ("agg", "prefill", "decode") else svc["unit"]
+        replicas.setdefault(svc["pool"], {}).setdefault(key, []).append(svc["unit"])
+    return [pool for pool, members in replicas.items()
+            if all(any(u in gone for u in units) for units in members.values())]

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 from glmops import runner
-from glmops.commands.common import Unselected, day2_run, exit_unselected, load_deployed_plan, pick_services
+from glmops.commands.common import Unselected, by_service, day2_run, exit_unselected, load_deployed_plan, pick_services
 from glmops.inventory import check_run_target
 from glmops.commands.options import INVENTORY, LIMIT, SERVICE, TOPOLOGY
 from glmops.engines import registry
@@ -38,9 +38,7 @@ def status(inventory, topology, as_json, services, limit):
     """Per service: unit state, health, uptime, GPUs and URL. Exit 1 unless all serve.
     Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
-    run = day2_run(inventory, topology,
-                   lambda view: {"glmops_units": [s["unit"] for s in pick_services(view, services)] if services else None},
-                   limit=limit, selected=lambda view: pick_services(view, services) if services else None)
+    run = day2_run(inventory, topology, **by_service(services), limit=limit)
     result = runner.run("status", "status.yml", inventory, run.extravars, limit=limit,
                         console=make_console(stderr=True), quiet=True, planned=run.planned,
                         alternatives=run.alternatives)

@@ -169,6 +169,38 @@ def test_rolling_restart_one_replica_at_a_time(lab, inventory):
     assert D.completion(ENDPOINT, MODEL, max_tokens=2)["choices"][0]["text"]
 
 
+def test_destroy_one_service_leaves_the_others_serving(lab, inventory):
+    """Issue 15: `destroy --service` one of the two agg replicas (no --yes needed: the other
+    replica serves) stops it and removes its unit and env file; the other replica and the
+    router keep their processes and serve, the target, config dir and checkpoint stay, and
+    `deploy` puts the unit back."""
+    from glmops.planning import plan_view
+
+    deploy = ("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke")
+    assert D.glmops(*deploy).returncode == 0
+    view = plan_view(str(inventory), "agg")
+    svc = {s["unit"]: s for s in view["services"]}
+    gone, kept = "glm-flash-b200-agg-1.service", ["glm-flash-b200-agg-0.service", "glm-flash-b200-router.service"]
+    before = {u: D.main_pid(lab, "lab-1", u) for u in kept}
+    proc = D.glmops("destroy", "-i", str(inventory), "--topology", "agg", "--service", "glm-flash-b200-agg-1")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert _units(lab) == set(kept)
+    assert D.ssh(lab, "lab-1", f"systemctl is-active {gone}").stdout.strip() in ("inactive", "unknown")
+    for path in svc[gone]["paths"]:
+        assert D.ssh(lab, "lab-1", f"test -e {path}").returncode == 1, path
+    for path in [p for u in kept for p in svc[u]["paths"]] + [
+            f"/etc/systemd/system/{view['target_name']}", "/models/zai-org/GLM-5.3-Flash"]:
+        assert D.ssh(lab, "lab-1", f"test -e {path}").returncode == 0, path
+    assert {u: D.main_pid(lab, "lab-1", u) for u in kept} == before
+    assert D.completion(svc[kept[0]]["url"], MODEL, max_tokens=2)["choices"][0]["text"]
+    # round robin over a replica that is gone: some answers fail, but the router serves through the other
+    served = sum(D.completion_status(ENDPOINT, MODEL) == 200 for _ in range(4))
+    assert served >= 1, served
+    back = D.glmops(*deploy)
+    assert back.returncode == 0, back.stdout[-4000:]
+    assert _units(lab) == {gone, *kept}
+
+
 def test_b200_disagg_plan_serves_through_the_orchestrator(lab, inventory):
     proc = D.glmops("deploy", "-i", str(inventory), "--topology", "disagg", "--skip-provision", "--skip-smoke")
     assert proc.returncode == 0, proc.stdout[-5000:]

@@ -2,13 +2,16 @@
 (:func:`history_of`) and ``glmops.runner.run`` as the day-2 playbooks would answer
 (:func:`day2_runner`): the hosts' generation lists, the controller's decision (the playbooks'
 own filters, ``glmops_upgrade_plan`` / ``glmops_rollback_plan``), one report per step, the
-readiness gate of a failing step, the put-back, the result. Every call is recorded."""
+readiness gate of a failing step, the put-back, the result. Every call is recorded. :func:`calls`: a
+fixture standing in for ``glmops.runner.run`` as a successful run of no host, recording each call."""
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from glmops import runner
 
@@ -38,6 +41,19 @@ def history_of(plan: dict, number: int = 1) -> dict:
             "units": [{**{k: s[k] for k in ("unit", "pool", "replica", "engine", "url", "health_url", "ready_url",
                                               "start_order")}} for s in services]}]}
     return out
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """``runner.run`` as a successful run of no host; ``calls`` gets (playbook, extravars, limit)."""
+    got: list[tuple[str, dict, str | None]] = []
+
+    def run(verb, playbook, inventory, extravars=None, *, limit=None, **kw):
+        got.append((playbook, dict(extravars or {}), limit))
+        return runner.RunResult(verb=verb, rc=0, status="successful", artifacts=Path("/tmp/x"), seconds=1.0)
+
+    monkeypatch.setattr(runner, "run", run)
+    return got
 
 
 def _ok(on_event, host: str, res: dict) -> None:

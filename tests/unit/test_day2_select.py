@@ -9,25 +9,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from glmops import runner
+from day2_fakes import calls  # noqa: F401  (the fixture)
 from glmops.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_INV = REPO / "inventories" / "lab"
 AGG_UNITS = ["glm-lab-agg-0.service", "glm-lab-agg-1.service", "glm-lab-router.service"]
-
-
-@pytest.fixture
-def calls(monkeypatch):
-    """``runner.run`` as a successful run of no host; ``calls`` gets (playbook, extravars, limit)."""
-    got: list[tuple[str, dict, str | None]] = []
-
-    def run(verb, playbook, inventory, extravars=None, *, limit=None, **kw):
-        got.append((playbook, dict(extravars or {}), limit))
-        return runner.RunResult(verb=verb, rc=0, status="successful", artifacts=Path("/tmp/x"), seconds=1.0)
-
-    monkeypatch.setattr(runner, "run", run)
-    return got
 
 
 def _invoke(*args: str):

@@ -3,6 +3,7 @@
 ``glmops_service_dirs(config_dir, state_dir, user)``  -> ``[{path, mode, owner, group}]``
 ``glmops_state_argv(bundle, host_units, unit_glob, target, user, config_dir, state_dir)``
     -> argv of ``glmops_hostctl.py state`` (a list; quote each item)
+``glmops_destroy_picked(plan, units, host)`` -> ``{units, paths}`` ``glmops destroy --service`` removes on the host
 ``glmops_ifname_suffix(names, ifname)`` -> the env file lines ``NAME=<ifname>`` the host adds (glmops.netif, F17)
 ``glmops_provision_roles(hardware, runtime, driver_enabled, toolkit_enabled)``
     -> ``{driver: bool, toolkit: bool}``
@@ -30,6 +31,12 @@ def _state_argv(bundle, host_units, unit_glob, target, user, config_dir, state_d
     from glmops.deploystate import state_argv
 
     return state_argv(bundle, list(host_units), unit_glob, dict(target), user, config_dir, state_dir)
+
+
+def _destroy_picked(plan, units, host):
+    from glmops.deploystate import destroy_picked
+
+    return destroy_picked(dict(plan), list(units or []), str(host))
 
 
 def _ifname_suffix(names, ifname):
@@ -108,6 +115,7 @@ class FilterModule:
 
     def filters(self):
         return {"glmops_service_dirs": _service_dirs, "glmops_state_argv": _state_argv,
+                "glmops_destroy_picked": _destroy_picked,
                 "glmops_ifname_suffix": _ifname_suffix,
                 "glmops_provision_roles": _provision_roles, "glmops_plan_hosts": _plan_hosts,
                 "glmops_prune_candidates": _prune_candidates, "glmops_departed": _departed,
