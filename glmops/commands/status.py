@@ -254,9 +254,7 @@ def logs(inventory, topology, service, follow, lines, services, limit):
         click.echo(out["res"].get("stdout", ""))
     for failure in result.failures:
         console.print(f"failed {failure}", markup=False)
-    if not result.ok:
-        runner.finish(console, result)
-    sys.exit(0)
+    runner.finish(console, result)
 
 
 def _follow(inventory: str, services: list[dict], lines: int) -> int:
