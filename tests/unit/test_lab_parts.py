@@ -284,3 +284,60 @@ def test_lab_down_refuses_a_name_that_is_not_a_lab_name(monkeypatch, name):
 
 def test_lab_names_with_a_trailing_newline_are_refused():
     assert spec.check_name("ok\n") and not spec.check_name("ok")
+
+
+def test_lab_down_prints_stamped_progress_per_step_and_host(monkeypatch, tmp_path):
+    """`lab down` says what it does while it does it, the way `lab up` does (HH:MM:SS, seconds since
+    the start): the supervisor's SIGTERM, each host as its nspawn process exits, then every removal.
+    The hosts are real processes (a shell standing in for the supervisor stops them one after the
+    other on SIGTERM); mounts, cgroups and network are fakes."""
+    import contextlib
+    import re
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    monkeypatch.setattr(core, "root_problem", lambda euid=None: [])
+    monkeypatch.setattr(core.H, "cgroup_dirs", lambda lab, host=None: [])
+    monkeypatch.setattr(core.H, "mounts_under", lambda d: [str(d / "hosts/lab-1/root"), str(d / "hosts/lab-2/root")])
+    monkeypatch.setattr(core.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "", ""))
+    removed = []
+    monkeypatch.setattr(core.netsetup, "net_lock", contextlib.nullcontext)
+    monkeypatch.setattr(core.netsetup, "nat_down", removed.append)
+    monkeypatch.setattr(core.netsetup, "bridge_down", removed.append)
+    monkeypatch.setattr(core.netsetup, "host_settings_release", lambda name: None)
+    guests = [subprocess.Popen(["sleep", "60"]) for _ in (1, 2)]
+    sup = subprocess.Popen(["sh", "-c", f"trap 'kill {guests[1].pid}; sleep 0.3; kill {guests[0].pid}; exit 0' TERM; "
+                                        "while :; do sleep 0.05; done"])
+    try:
+        hosts = []
+        for i, guest in enumerate(guests, 1):
+            hdir = tmp_path / "t3" / "hosts" / f"lab-{i}"
+            hdir.mkdir(parents=True)
+            (hdir / "nspawn.pid").write_text(str(guest.pid))
+            hosts.append(spec.HostState(f"lab-{i}", i, f"10.77.9.1{i}", f"t3-lab-{i}", str(hdir)))
+        st = spec.LabState(name="t3", profile="cpu", subnet="10.77.9.0/24", gateway="10.77.9.1",
+                           bridge="glmlab-t3", nft_table="glmops_lab_t3", image="i", hosts=hosts,
+                           supervisor_pid=sup.pid)
+        st.save()
+        time.sleep(0.2)  # the shell has set its trap
+        for p in (*guests, sup):  # reap the children as they exit (as init reaps the real ones)
+            threading.Thread(target=p.wait, daemon=True).start()
+        res = CliRunner().invoke(lab_cli, ["down", "--name", "t3"])
+    finally:
+        for p in (*guests, sup):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines and all(re.match(r"\d\d:\d\d:\d\d +\d+\.\d+s ", line) for line in lines), res.output
+    said = [re.sub(r"^\S+ +\S+ ", "", line) for line in lines]
+    assert said[0].startswith(f"stopping 2 host(s) (lab-1, lab-2): SIGTERM to the supervisor (pid {sup.pid})")
+    assert re.fullmatch(r"lab-2 stopped \(\d+\.\d s\)", said[1]) and re.fullmatch(r"lab-1 stopped \(\d+\.\d s\)", said[2])
+    assert said[3] == f"unmounting 2 mount(s) under {tmp_path / 't3'}"
+    assert said[4] == "removing the bridge glmlab-t3 and the nft table glmops_lab_t3"
+    assert said[5] == f"removing {tmp_path / 't3'}"
+    assert re.fullmatch(r"lab 't3' removed in \d+\.\d s", said[6]) and len(said) == 7
+    assert removed == ["glmops_lab_t3", "glmlab-t3"] and not (tmp_path / "t3").exists()
