@@ -341,3 +341,40 @@ def test_lab_down_prints_stamped_progress_per_step_and_host(monkeypatch, tmp_pat
     assert said[5] == f"removing {tmp_path / 't3'}"
     assert re.fullmatch(r"lab 't3' removed in \d+\.\d s", said[6]) and len(said) == 7
     assert removed == ["glmops_lab_t3", "glmlab-t3"] and not (tmp_path / "t3").exists()
+
+
+def _lab(tmp_path, monkeypatch, name="nx", subnet="10.77.0.0/24", count=3, profile="cpu"):
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    gw, addrs = spec.host_addresses(subnet, count)
+    (tmp_path / name).mkdir()
+    return spec.LabState(name=name, profile=profile, subnet=subnet, gateway=gw, bridge=spec.bridge_name(name),
+                         nft_table=spec.nft_table(name), image="x",
+                         hosts=[spec.HostState(spec.host_name(i), i, addrs[i - 1], f"{name}-lab-{i}", str(tmp_path))
+                                for i in range(1, count + 1)])
+
+
+def test_the_lab_inventory_goes_to_a_verb_as_lab_up_says(tmp_path, monkeypatch):
+    """`lab up` prints: a directory holding its inventory.yml (a link) and a group_vars/all.yml with
+    the deployment's variables is a glmops inventory. Its glmops_lab_* group vars are lab metadata
+    (glmops.variables.LAB_VARIABLES) that validate accepts; a misspelt one is still UNKNOWN_KEY."""
+    import shutil
+
+    from glmops.cli import main
+    from glmops.variables import HOST_VARIABLES, LAB_VARIABLES
+
+    inv = core.write_inventory(_lab(tmp_path, monkeypatch))
+    data = yaml.safe_load(inv.read_text())["all"]["children"]["lab"]
+    written = {k for k in data["vars"] if k.startswith("glmops_")} | {
+        k for hv in data["hosts"].values() for k in hv if k.startswith("glmops_")}
+    assert written == set(LAB_VARIABLES) and not written & set(HOST_VARIABLES)
+    mine = tmp_path / "mine"
+    (mine / "group_vars").mkdir(parents=True)
+    (mine / "inventory.yml").symlink_to(inv)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    shutil.copy(os.path.join(repo, "inventories", "lab", "group_vars", "all.yml"), mine / "group_vars" / "all.yml")
+    res = CliRunner().invoke(main, ["validate", "-i", str(mine)])
+    assert res.exit_code == 0 and "valid:" in res.output and "UNKNOWN_KEY" not in res.output, res.output
+    inv.write_text(inv.read_text().replace("glmops_lab_profile:", "glmops_lab_profil:"))
+    res = CliRunner().invoke(main, ["validate", "-i", str(mine)])
+    assert res.exit_code == 2 and "[UNKNOWN_KEY]" in res.output and "'glmops_lab_profil'" in res.output, res.output
+    assert "glmops_lab_name" not in res.output
