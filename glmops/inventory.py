@@ -1141,7 +1141,7 @@ def _read_variables(s: _Load, overrides: dict[str, Any]) -> None:
     for key, value in overrides.items():
         name = key if key.startswith("glmops_") else f"glmops_{key}"
         s.raw[name] = value
-        r.sources[name] = f"--override {name}"
+        r.sources[name] = f"--set {name.removeprefix('glmops_')}"  # the only way in: `glmops upgrade --set KEY=VALUE`
 
     _vaulted(s.raw, s.secret_values)
     _VAULTED.clear()

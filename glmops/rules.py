@@ -190,9 +190,20 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
         # and lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault
         for key in secret_paths(data or {}, secret_values=dep.secret_values or frozenset()):
             out.append(Problem(
-                "SECRET_IN_ARGV", _src(dep, f"{where}.{key.split('.')[0]}", where, "pools"),
+                "SECRET_IN_ARGV", _key_src(dep, where, key),
                 f"{what} {key!r} would put a secret into {lands}; accepted: secrets only through the environment",
                 "put it in glmops_env (written to a 0600 env file), e.g. VLLM_API_KEY, from Ansible Vault"))
+
+
+def _key_src(dep: Deployment, where: str, key: str) -> str:
+    """Inventory path of ``key`` (dotted: ``auth.hf_token``) inside the mapping at ``where``
+    (``router.args``, ``pools.decode.engine_config``): the source of its first segment when the
+    inventory set that one, else the mapping's, with the rest of the key written out."""
+    first, _, rest = key.partition(".")
+    own = dep.sources.get(f"{where}.{first}")
+    if own:
+        return f"{own}.{rest}" if rest else own
+    return f"{_src(dep, where, 'pools')}.{key}"
 
 
 def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:

@@ -186,3 +186,25 @@ def test_download_accepts_an_http_endpoint(monkeypatch):
     monkeypatch.setattr(deploy, "load_plan", stop)
     res = CliRunner().invoke(main, ["download", "-i", "inventories/lab", "--endpoint", "http://10.0.0.5:8080"])
     assert res.exit_code == 7
+
+
+# ---------------------------------------------------------------------------- SECRET_IN_ARGV names the key written
+
+
+def test_secret_in_argv_names_the_key_the_user_wrote(tmp_path, monkeypatch):
+    """A secret flag inside a mapping is named down to the key the user wrote (router.args.api-key,
+    engine_config.auth.hf_token, not the mapping or its first segment); one passed with
+    `upgrade --set` is named as `--set KEY` (the option the user typed), before any host."""
+    gv = vllm_b200_disagg(glmops_engine_config={"auth": {"hf_token": "hf_B"}})
+    gv["glmops_topologies"]["disagg"]["router"]["args"] = {"api-key": "sk-C"}
+    inv = write_inventory(tmp_path / "i", gv)
+    _plan, problems = rules.validate(load_deployment(inv))
+    paths = {p.message.split("'")[1]: p.path for p in problems if p.code == "SECRET_IN_ARGV"}
+    assert paths["api-key"].endswith("all.yml:glmops_topologies.disagg.router.args.api-key"), paths
+    assert paths["auth.hf_token"].endswith("all.yml:glmops_engine_config.auth.hf_token"), paths
+    _no_host(monkeypatch)
+    clean = write_inventory(tmp_path / "c", vllm_b200_disagg())
+    res = CliRunner().invoke(main, ["upgrade", "-i", str(clean), "--set", "engine_args={api-key: sk-ABCDEFGH}"])
+    assert res.exit_code == 2, res.output
+    assert "[SECRET_IN_ARGV] --set engine_args.api-key: engine flag 'api-key'" in res.output, res.output
+    assert "--override" not in res.output and "sk-ABCDEFGH" not in res.output
