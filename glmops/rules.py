@@ -458,7 +458,9 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
     """Catalog keys and plain choices. Returns False when model/variant/engine/hardware is
     unusable (later rules need them)."""
     ok = True
-    engines = [k for k, e in cat.engines.items() if e.get("kind") not in ("router", "backend")]
+    # glmops_engine: a catalog entry without a kind; a router, a Dynamo backend or a discovery store
+    # (etcd, nats) is a part glmops runs beside an engine, never one
+    engines = [k for k, e in cat.engines.items() if not e.get("kind")]
     for field, var, accepted in (
         ("model", "glmops_model", list(cat.models)),
         ("engine", "glmops_engine", engines),
@@ -466,7 +468,10 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
     ):
         value = getattr(dep, field)
         if value not in accepted:
-            what = "missing" if not value else f"{value!r} is unknown"
+            part = cat.engines.get(value) if field == "engine" and isinstance(value, str) else None
+            what = "missing" if not value else \
+                f"{value!r} is not an engine but the catalog's {part['kind']} {part.get('name') or value!r}, " \
+                "a part of a deployment" if part else f"{value!r} is unknown"
             _problem(out, "CATALOG_KEY", _src(dep, field, var), f"{var} {what}; accepted: {', '.join(accepted)}",
                      f"set {var} in group_vars/all.yml")
             ok = False

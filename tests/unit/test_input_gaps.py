@@ -208,3 +208,30 @@ def test_secret_in_argv_names_the_key_the_user_wrote(tmp_path, monkeypatch):
     assert res.exit_code == 2, res.output
     assert "[SECRET_IN_ARGV] --set engine_args.api-key: engine flag 'api-key'" in res.output, res.output
     assert "--override" not in res.output and "sk-ABCDEFGH" not in res.output
+
+
+# ---------------------------------------------------------------------------- glmops_engine: a part, not an engine
+
+
+@pytest.mark.parametrize("part,kind", [("etcd", "store"), ("nats", "store"), ("vllm_router", "router"),
+                                       ("mocker", "backend")])
+def test_a_catalog_part_as_glmops_engine_is_one_clear_problem(tmp_path, part, kind):
+    """glmops_engine naming a catalog entry that is no engine (Dynamo's discovery stores, a router,
+    Dynamo's mocker backend) is one CATALOG_KEY problem naming the key, the value, what it is and
+    the accepted engines; nothing else (no ENGINE_VERSION for a version it does not have)."""
+    dep = load_deployment(write_inventory(tmp_path / "i", vllm_b200_disagg(glmops_engine=part)))
+    _plan, problems = rules.validate(dep)
+    assert [p.code for p in problems] == ["CATALOG_KEY"], problems
+    (p,) = problems
+    assert p.path.endswith("all.yml:glmops_engine"), p.path
+    assert p.message.startswith(f"glmops_engine {part!r} is not an engine but the catalog's {kind} "), p.message
+    assert p.message.endswith("accepted: trtllm, vllm, sglang, dynamo"), p.message
+    res = CliRunner().invoke(main, ["validate", "-i", str(tmp_path / "i")])
+    assert res.exit_code == 2 and res.output.count("[") == 1, res.output
+
+
+def test_an_unknown_engine_lists_only_engines(tmp_path):
+    dep = load_deployment(write_inventory(tmp_path / "i", vllm_b200_disagg(glmops_engine="vlm")))
+    _plan, problems = rules.validate(dep)
+    assert [str(p).split("(hint")[0].split(": ", 1)[1].strip() for p in problems if p.code == "CATALOG_KEY"] == [
+        "glmops_engine 'vlm' is unknown; accepted: trtllm, vllm, sglang, dynamo"], problems
