@@ -75,3 +75,26 @@ def test_smoke_ends_with_the_exit_line(monkeypatch, statuses, code, line):
     res = CliRunner().invoke(main, ["smoke", "--endpoint", "http://127.0.0.1:9", "--model", "m"])
     assert res.exit_code == code, res.output
     assert _last(res) == line
+
+
+@pytest.mark.parametrize("argv,fake,line", [
+    (["upgrade", "-i", "inventories/lab", "--topology", "agg", "--set", "max_batch_size=3"], {},
+     "exit 0: glmops upgrade ok in 0.1 s: new generation recorded"),
+    (["upgrade", "-i", "inventories/lab", "--topology", "agg"], {},
+     "exit 0: glmops upgrade ok in 0.1 s: nothing to upgrade (generation 1 serves)"),
+    (["upgrade", "-i", "inventories/lab", "--topology", "agg", "--set", "max_batch_size=3"],
+     {"fail_at": "agg replica 0"}, "exit 1: glmops upgrade FAILED: stopped at agg replica 0: "),
+    (["rollback", "-i", "inventories/lab"], {}, "exit 0: glmops rollback ok in 0.1 s: generation 1 serves"),
+])
+def test_upgrade_and_rollback_end_with_the_exit_line(monkeypatch, argv, fake, line):
+    monkeypatch.chdir(REPO)
+    g1 = history_of(plan_view("inventories/lab", "agg"), 1)
+    if argv[0] == "rollback":
+        g2 = history_of(plan_view("inventories/lab", "agg", {"glmops_max_batch_size": 3}), 2)
+        hist = {h: {"current": 2, "generations": g1[h]["generations"] + g2[h]["generations"]} for h in g1}
+    else:
+        hist = g1
+    _, run = day2_runner(hist, **fake)
+    monkeypatch.setattr(runner, "run", run)
+    res = CliRunner().invoke(main, argv)
+    assert _last(res).startswith(line), res.output
