@@ -49,6 +49,7 @@ from glmops.variables import (  # noqa: E402
     ADDRESS,
     CHECKPOINT_KEYS,
     HOST_VARIABLES,
+    LAB_VARIABLES,
     MONITORING_KEYS,
     POOL_KEYS,
     RESERVED_ENV,
@@ -1134,13 +1135,13 @@ def _read_variables(s: _Load, overrides: dict[str, Any]) -> None:
     _vaulted({k: val for k, val in first_vars.items() if k not in ("groups", "hostvars")}, s.secret_values)
     for key in first_vars:
         if isinstance(key, str) and key.startswith("glmops_") and key not in HOST_VARIABLES \
-                and key not in RUN_VARIABLES:
+                and key not in RUN_VARIABLES and key not in LAB_VARIABLES:
             r.sources[key] = vars_of.label(first, key)
             s.raw[key] = vars_of.resolve(first, key, first_vars[key], r.sources[key], r)
     for key, value in overrides.items():
         name = key if key.startswith("glmops_") else f"glmops_{key}"
         s.raw[name] = value
-        r.sources[name] = f"--override {name}"
+        r.sources[name] = f"--set {name.removeprefix('glmops_')}"  # the only way in: `glmops upgrade --set KEY=VALUE`
 
     _vaulted(s.raw, s.secret_values)
     _VAULTED.clear()
@@ -1206,7 +1207,7 @@ def _host_typos(s: _Load, host: Any) -> None:
     reported = {p.path for p in r.problems}
     for k in vars_of.of(host):
         if isinstance(k, str) and k.startswith("glmops_") and k not in VARIABLES and k not in HOST_VARIABLES \
-                and k not in RUN_VARIABLES:
+                and k not in RUN_VARIABLES and k not in LAB_VARIABLES:
             label = vars_of.label(host, k)
             if label not in reported:
                 reported.add(label)

@@ -190,9 +190,20 @@ def _check_names(dep: Deployment, out: list[Problem]) -> None:
         # and lands in unit files); secrets belong in glmops_env (0600 env file) or Ansible Vault
         for key in secret_paths(data or {}, secret_values=dep.secret_values or frozenset()):
             out.append(Problem(
-                "SECRET_IN_ARGV", _src(dep, f"{where}.{key.split('.')[0]}", where, "pools"),
+                "SECRET_IN_ARGV", _key_src(dep, where, key),
                 f"{what} {key!r} would put a secret into {lands}; accepted: secrets only through the environment",
                 "put it in glmops_env (written to a 0600 env file), e.g. VLLM_API_KEY, from Ansible Vault"))
+
+
+def _key_src(dep: Deployment, where: str, key: str) -> str:
+    """Inventory path of ``key`` (dotted: ``auth.hf_token``) inside the mapping at ``where``
+    (``router.args``, ``pools.decode.engine_config``): the source of its first segment when the
+    inventory set that one, else the mapping's, with the rest of the key written out."""
+    first, _, rest = key.partition(".")
+    own = dep.sources.get(f"{where}.{first}")
+    if own:
+        return f"{own}.{rest}" if rest else own
+    return f"{_src(dep, where, 'pools')}.{key}"
 
 
 def _check_router_policy(dep: Deployment, cat, out: list[Problem]) -> None:
@@ -447,7 +458,9 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
     """Catalog keys and plain choices. Returns False when model/variant/engine/hardware is
     unusable (later rules need them)."""
     ok = True
-    engines = [k for k, e in cat.engines.items() if e.get("kind") not in ("router", "backend")]
+    # glmops_engine: a catalog entry without a kind; a router, a Dynamo backend or a discovery store
+    # (etcd, nats) is a part glmops runs beside an engine, never one
+    engines = [k for k, e in cat.engines.items() if not e.get("kind")]
     for field, var, accepted in (
         ("model", "glmops_model", list(cat.models)),
         ("engine", "glmops_engine", engines),
@@ -455,7 +468,10 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
     ):
         value = getattr(dep, field)
         if value not in accepted:
-            what = "missing" if not value else f"{value!r} is unknown"
+            part = cat.engines.get(value) if field == "engine" and isinstance(value, str) else None
+            what = "missing" if not value else \
+                f"{value!r} is not an engine but the catalog's {part['kind']} {part.get('name') or value!r}, " \
+                "a part of a deployment" if part else f"{value!r} is unknown"
             _problem(out, "CATALOG_KEY", _src(dep, field, var), f"{var} {what}; accepted: {', '.join(accepted)}",
                      f"set {var} in group_vars/all.yml")
             ok = False

@@ -272,6 +272,16 @@ HOST_VARIABLES: dict[str, Var] = {
                                 shape="nic"),
 }
 
+#: Lab metadata: the group vars ``glmops lab up`` writes into its inventory (glmops/lab/core.py
+#: ``write_inventory``) to name the lab. Accepted in any inventory so the lab's inventory goes to every
+#: verb as written; nothing plans with them (glmops.inventory skips them like the run variables).
+LAB_VARIABLES: dict[str, Var] = {
+    "glmops_lab_name": Var("str", "Name of the lab that wrote the inventory (`glmops lab up --name`). Lab metadata: "
+                           "not used by planning.", shown_default="unset"),
+    "glmops_lab_profile": Var("str", "That lab's profile (`glmops lab up --profile`). Lab metadata: not used by "
+                              "planning.", shown_default="unset"),
+}
+
 POOL_KEYS: dict[str, Var] = {
     "tp": Var("int", "Tensor parallelism per replica.", default=1, bounds=(1, MAX_PARALLEL), code="PARALLELISM"),
     "pp": Var("int", "Pipeline parallelism per replica.", default=1, bounds=(1, MAX_PARALLEL), code="PARALLELISM"),
@@ -480,6 +490,13 @@ def markdown() -> str:
         "`ansible_host` is the SSH address (default: the inventory name).",
         "",
         *_table(HOST_VARIABLES, "variable"),
+        "",
+        "## Lab metadata",
+        "",
+        "`glmops lab up` writes these into its inventory (`/var/lib/glmops-lab/<name>/inventory.yml`, group `lab`)",
+        "to name the lab; every verb accepts them and nothing plans with them.",
+        "",
+        *_table(LAB_VARIABLES, "variable"),
         "",
         "## Groups",
         "",

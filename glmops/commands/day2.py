@@ -229,12 +229,12 @@ def upgrade(inventory, topology, sets, check, drain_timeout, services, limit):
     up = _decided(result, reports)
     if not up["act"]:
         console.print(f"nothing to upgrade: every unit already runs what the inventory says (generation {up['number']})")
-        sys.exit(0)
+        runner.finish(console, result, 0, f"nothing to upgrade (generation {up['number']} serves)")
     done = reports.result or {}
     if result.ok:
         console.print(f"upgrade done: {', '.join(done.get('done') or [])}; new generation recorded "
                       f"(`glmops history -i {inventory}`)")
-        sys.exit(0)
+        runner.finish(console, result, 0, "new generation recorded")
     _upgrade_stopped(result, reports, up, inventory, plan, console)
 
 
@@ -325,7 +325,7 @@ def rollback(inventory, topology, to, check, drain_timeout, services, limit):
     number = rb["number"]
     if result.ok:
         console.print(f"rollback done: generation {number} is current and the endpoint serves")
-        sys.exit(0)
+        runner.finish(console, result, 0, f"generation {number} serves")
     got = reports.result or {}
     name = ((got.get("failed") or {}).get("step") or {}).get("name") or "an unknown step"
     bad = _not_ready(result, reports)

@@ -140,4 +140,4 @@ def history(inventory, topology, as_json, services, limit):
     console.print(table)
     for failure in result.failures:
         console.print(f"failed {failure}", markup=False)
-    sys.exit(0 if result.ok else 1)
+    runner.finish(console, result)

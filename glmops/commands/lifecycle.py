@@ -38,8 +38,6 @@ def restart(inventory, topology, rolling, services, limit, yes):
     replica): it asks first (--yes: don't).
     Without --topology: the topology recorded on the hosts by the last deploy."""
     console = make_console()
-    if not rolling:
-        confirm_destructive("restart takes the endpoint down until the services serve again", yes)
 
     def choose(view: dict) -> dict:  # this topology's units (--service) and, --rolling, its steps
         units = [s["unit"] for s in pick_services(view, services)] if services else None
@@ -50,9 +48,12 @@ def restart(inventory, topology, rolling, services, limit, yes):
         return {"glmops_units": units, "glmops_restart_steps": [
             {"name": name, "units": step_units, "bundle": _bundle(name)} for name, step_units in rolling_steps(picked)]}
 
+    # every input problem (inventory, --service, --limit) exits 2 first; only valid input is asked about
     run = day2_run(inventory, topology, choose, limit=limit,
                    selected=by_service(services)["selected"])
-    if rolling:  # a step that holds every replica of a serving role takes the endpoint down meanwhile
+    if not rolling:
+        confirm_destructive("restart takes the endpoint down until the services serve again", yes)
+    else:  # a step that holds every replica of a serving role takes the endpoint down meanwhile
         down = [f"{c.plan.topology}: {', '.join(steps)}" for c in (run.planned, *run.alternatives)
                 if (steps := outage_steps(c.view(), _picked(c.view(), services)))]
         if down:
@@ -131,8 +132,8 @@ def stop(inventory, topology, services, limit, yes):
     asks first (--yes: don't). Without --topology: the topology recorded on the hosts by the
     last deploy."""
     console = make_console()
+    run = day2_run(inventory, topology, **by_service(services), limit=limit)  # bad input exits 2 here, before the question
     confirm_destructive("stop takes the endpoint down (`glmops serve` or `deploy` starts it again)", yes)
-    run = day2_run(inventory, topology, **by_service(services), limit=limit)
     result = runner.run("stop", "stop.yml", inventory, run.extravars, limit=limit, console=console,
                         planned=run.planned, alternatives=run.alternatives)
     finish(result, run.chosen_view(result, services), console)
@@ -162,11 +163,12 @@ def destroy(inventory, topology, yes, purge_checkpoints, services, limit):
                                         "reads: not with --service (destroy the whole deployment for that)",
                                         markup=False, soft_wrap=True)
         sys.exit(2)
+    # bad input exits 2 here, before the question
+    run = day2_run(inventory, topology, **by_service(services), limit=limit, glmops_purge_checkpoints=purge_checkpoints)
     if not services:
         confirm_destructive("destroy stops and removes every unit, env and config file of the deployment"
                             + (" and its downloaded checkpoint" if purge_checkpoints else ""), yes)
-    run = day2_run(inventory, topology, **by_service(services), limit=limit, glmops_purge_checkpoints=purge_checkpoints)
-    if services:  # every replica of a role the endpoint needs: the endpoint goes down
+    else:  # every replica of a role the endpoint needs: the endpoint goes down
         down = [f"{c.plan.topology}: {', '.join(roles)}" for c in (run.planned, *run.alternatives)
                 if (roles := outage_roles(c.view(), _picked(c.view(), services)))]
         if down:

@@ -11,7 +11,7 @@ import sys
 import click
 from glmops.commands.ansible_opts import ANSIBLE_OPTS
 
-from glmops import planning
+from glmops import planning, runner
 from glmops import smoke as sm
 from glmops.commands.common import deployed_topology
 from glmops.inventory import load_deployment
@@ -89,6 +89,9 @@ def smoke(inventory, topology, endpoint, model, multimodal, first_timeout, timeo
                     log_reader=log_reader, only=_names(only), skip=_names(skip), headers=headers)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        sm.render_table(report, make_console())
-    sys.exit(0 if report.ok else 1)
+        sys.exit(0 if report.ok else 1)
+    out = make_console()
+    sm.render_table(report, out)
+    failed = [c.name for c in report.checks if c.status == sm.FAIL]
+    runner.finish(out, None, 1 if failed else 0, f"failed: {', '.join(failed)}" if failed else
+                  f"{len(report.checks)} check(s) passed or skipped", verb="smoke")

@@ -57,7 +57,7 @@ def status(inventory, topology, as_json, services, limit):
             table.add_column(col)
         for r in rows:
             live = r["live"]
-            table.add_row(r["host"], r["service"], r["role"], r["state"], str(r["health"]),
+            table.add_row(r["host"], r["service"], r["role"], r["state"], health_text(r),
                           f"{r['uptime_s']:.0f} s" if r["uptime_s"] is not None else "-",
                           _num(live.get("running")), _num(live.get("waiting")),
                           f"{live['kv_cache'] * 100:.1f} %" if live.get("kv_cache") is not None else "-",
@@ -75,19 +75,57 @@ def status(inventory, topology, as_json, services, limit):
         for r in rows:
             if r.get("instances"):
                 have, want = r["instances"]["have"], r["instances"]["want"]
-                console.print(f"{r['service']}: {'?' if have is None else have} of {want} planned worker "
-                              "instance(s) registered", markup=False)
+                console.print(f"{r['service']}: {'unknown (the frontend did not answer)' if have is None else have} "
+                              f"of {want} planned worker instance(s) registered", markup=False)
         for failure in result.failures:
             console.print(f"failed {failure}", markup=False)
         if healthy:  # every service active with /health 200
             console.print(f"endpoint: {plan['endpoint_url']}", markup=False)
-        bad = [f"{r['host']} {r['service']} ({r['state']}, health {r['health']})" for r in rows
-               if not (r["state"] == "active" and r["health"] == 200)]
-        short = [f"{r['service']} ({r['instances']['have']} of {r['instances']['want']} instances registered)"
-                 for r in rows if r.get("instances") and r["instances"]["have"] != r["instances"]["want"]]
-        bad += short
-        runner.finish(console, result, 0 if healthy else 1, ", ".join(bad) if bad and not healthy else "")
+        runner.finish(console, result, 0 if healthy else 1, "" if healthy else not_serving(rows))
     sys.exit(0 if healthy else 1)
+
+
+#: a row's ``state`` when the unit is not installed on its host (systemd's LoadState ``not-found``)
+NOT_DEPLOYED = "not deployed"
+#: a row's ``state`` when its host could not be reached (nothing is known about the unit)
+UNREACHABLE = "unreachable"
+
+
+def health_text(row: dict[str, Any]) -> str:
+    """The health column in words: the HTTP status of the service's /health (``200``, ``503``),
+    ``no answer`` (nothing answered: the host script's -1), ``-`` for a unit that is not
+    deployed, ``unknown`` when the unit could not be read (host unreachable, read failed)."""
+    health = row["health"]
+    if row["state"] == NOT_DEPLOYED:
+        return "-"
+    if health is None:
+        return "unknown"
+    return "no answer" if health < 0 else str(health)
+
+
+def not_serving(rows: list[dict[str, Any]]) -> str:
+    """The final line's reason when not every service serves, per host in words:
+    ``lab-1, lab-2 unreachable (3 services unknown); nothing deployed on lab-3 (1 service)`` or
+    ``lab-1 glm-x-agg-0 (failed/failed, health no answer)``; a frontend short of its planned
+    worker instances: ``glm-x-frontend (1 of 2 instances registered)``."""
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_host.setdefault(r["host"], []).append(r)
+    unreachable = [h for h, rs in by_host.items() if all(r["state"] == UNREACHABLE for r in rs)]
+    undeployed = [h for h, rs in by_host.items() if all(r["state"] == NOT_DEPLOYED for r in rs)]
+    parts = []
+    if unreachable:
+        n = sum(len(by_host[h]) for h in unreachable)
+        parts.append(f"{', '.join(unreachable)} unreachable ({n} service(s) unknown)")
+    if undeployed:
+        n = sum(len(by_host[h]) for h in undeployed)
+        parts.append(f"nothing deployed on {', '.join(undeployed)} ({n} service(s) of the Plan not installed)")
+    parts += [f"{r['host']} {r['service']} ({r['state']}, health {health_text(r)})" for r in rows
+              if r["host"] not in unreachable + undeployed and not (r["state"] == "active" and r["health"] == 200)]
+    parts += [f"{r['service']} ({'unknown' if r['instances']['have'] is None else r['instances']['have']} of "
+              f"{r['instances']['want']} instances registered)"
+              for r in rows if r.get("instances") and r["instances"]["have"] != r["instances"]["want"]]
+    return "; ".join(parts) or "no service of the Plan was read"
 
 
 def _num(value: float | None) -> str:
@@ -104,18 +142,26 @@ def add_live_numbers(rows: list[dict[str, Any]], plan: dict) -> None:
 
 
 def status_rows(plan: dict, result: runner.RunResult) -> list[dict[str, Any]]:
-    """Merge the Plan's services with what the status run read on each host."""
+    """Merge the Plan's services with what the status run read on each host. ``state`` in words:
+    systemd's (``active``, ``failed/failed (...)``), :data:`NOT_DEPLOYED`, :data:`UNREACHABLE`, or
+    ``unknown (...)`` saying why the unit was not read; ``health`` stays the host's number (None: not read)."""
     seen = {(s["host"], s["unit"]): s for s in result.services}
     rows = []
     for svc in plan["services"]:
         got = seen.get((svc["host"], svc["unit"]))
         host_state = result.hosts.get(svc["host"])
-        if got:  # active, or e.g. activating/auto-restart, failed/failed (start-limit-hit; ...)
+        if got and got.get("loaded") == "not-found":
+            state = NOT_DEPLOYED
+        elif got:  # active, or e.g. activating/auto-restart, failed/failed (start-limit-hit; ...)
             state = got["active"] if got["active"] == "active" else f"{got['active']}/{got['sub']}"
             if got.get("failure"):
                 state += f" ({got['failure']})"
+        elif host_state and host_state.unreachable:
+            state = UNREACHABLE
+        elif host_state and host_state.failed:
+            state = f"unknown (the read failed at {host_state.failed_task or host_state.last_task or 'a task'})"
         else:
-            state = host_state.state if host_state and host_state.state != "ok" else "unknown"
+            state = "unknown (not read)"
         rows.append({
             "host": svc["host"], "service": svc["name"], "unit": svc["unit"], "role": svc["role"],
             "state": state,
@@ -206,9 +252,7 @@ def logs(inventory, topology, service, follow, lines, services, limit):
         click.echo(out["res"].get("stdout", ""))
     for failure in result.failures:
         console.print(f"failed {failure}", markup=False)
-    if not result.ok:
-        runner.finish(console, result)
-    sys.exit(0)
+    runner.finish(console, result)
 
 
 def _follow(inventory: str, services: list[dict], lines: int) -> int:

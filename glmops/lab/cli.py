@@ -19,6 +19,12 @@ from glmops.output import stamp
 err = make_console(stderr=True)
 
 
+def progress(t0: float):
+    """The log function of ``lab up`` and ``lab down``: ``HH:MM:SS   4.2s message`` on stderr
+    (wall clock, seconds since ``t0``, a ``time.monotonic()``)."""
+    return lambda m: err.print(f"{stamp()} [dim]{time.monotonic() - t0:5.1f}s[/dim] {m}", soft_wrap=True)
+
+
 def _problems(exc) -> None:
     for p in exc.problems:
         err.print(f"[red]error:[/red] {p}", markup=True, soft_wrap=True)
@@ -81,7 +87,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
         if profile == "cpu" and not core.root_problem():
             # the serving kit inventories/lab deploys from (glmops/lab/kit.py), cached
             with err.status("lab: wheel sets and the lab model (cached after the first time)", spinner="dots"):
-                kit_binds = kit.prepare(name, log=lambda m: err.print(f"{stamp()} [dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+                kit_binds = kit.prepare(name, log=progress(t0))
         else:
             kit_binds = []
         defaults = default_binds() + kit_binds
@@ -90,7 +96,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
         with err.status(f"lab {name}: booting {count} host(s)", spinner="dots"):
             st = core.up(name=name, hosts=count, profile=profile, subnet=subnet, binds=parsed,
                          keep_on_failure=keep_on_failure, boot_timeout=timeout,
-                         log=lambda m: err.print(f"{stamp()} [dim]{time.monotonic() - t0:5.1f}s[/dim] {m}"))
+                         log=progress(t0))
     except core.LabError as exc:
         if not shared_existed and not lab_spec.state_dir(name).exists():
             # refused before any host existed: the kit's shared dir made above goes too
@@ -102,6 +108,9 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
     else:
         err.print(f"[green]ready[/green]: ansible -i {st.dir / 'inventory.yml'} lab -m ping   |   "
                   f"ssh -F {st.dir / 'ssh_config'} lab-1")
+        err.print(f"glmops verbs (validate, deploy, ...): -i a directory holding {st.dir / 'inventory.yml'} (a link "
+                  "to it is enough) and a group_vars/all.yml with glmops_model, glmops_engine, glmops_hardware; "
+                  "its glmops_lab_* variables are lab metadata every verb accepts", markup=False, soft_wrap=True)
 
 
 @lab.command()
@@ -142,7 +151,7 @@ def down(name: str) -> None:
 
     try:
         with err.status(f"lab {name}: stopping", spinner="dots"):
-            found = core.down(name, log=lambda m: err.print(m))
+            found = core.down(name, log=progress(time.monotonic()))
     except core.LabError as exc:
         _problems(exc)
         sys.exit(exc.exit_code)

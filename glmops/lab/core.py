@@ -373,10 +373,13 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
         return False
     t0 = time.monotonic()
     # 1. processes
+    hosts = _nspawn_pids(lab) if lab else {}
     if lab and H.pid_alive(lab.supervisor_pid):
+        log(f"stopping {len(lab.hosts)} host(s) ({', '.join(h.name for h in lab.hosts)}): "
+            f"SIGTERM to the supervisor (pid {lab.supervisor_pid}), which halts each guest")
         os.kill(lab.supervisor_pid, signal.SIGTERM)
     sup = {lab.supervisor_pid} if lab and lab.supervisor_pid else set()
-    left = H.wait_gone(sup | H.cgroup_pids(cg_lab), timeout)
+    left = _wait_stopped(sup | set(hosts) | H.cgroup_pids(cg_lab), hosts, timeout, log)
     if left:
         log(f"force-stopping {len(left)} process(es) that did not stop in {timeout:.0f} s")
     for _ in range(50):
@@ -387,13 +390,18 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
         H.wait_gone(pids, 1.0)
     errors = []
     # 2. mounts (host overlays, anything else under the state dir)
-    for mp in H.mounts_under(d):
+    mounts = H.mounts_under(d)
+    if mounts:
+        log(f"unmounting {len(mounts)} mount(s) under {d}")
+    for mp in mounts:
         r = subprocess.run(["umount", mp], capture_output=True, text=True)
         if r.returncode != 0:
             r = subprocess.run(["umount", "-l", mp], capture_output=True, text=True)
             if r.returncode != 0:
                 errors.append(f"umount {mp}: {r.stderr.strip()}")
     # 3. cgroups
+    if any(c.exists() for c in cg_lab):
+        log(f"removing the lab's cgroups ({', '.join(str(c) for c in cg_lab if c.exists())})")
     for top in cg_lab:
         try:
             H.remove_cgroup_tree(top)
@@ -404,6 +412,8 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
         except OSError:
             pass
     # 4. network
+    log(f"removing the bridge {lab.bridge if lab else bridge_name(name)} and the nft table "
+        f"{lab.nft_table if lab else nft_table(name)}")
     with netsetup.net_lock():
         try:
             netsetup.nat_down(lab.nft_table if lab else nft_table(name))
@@ -416,6 +426,7 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
         netsetup.host_settings_release(name)
     # 5. files
     if not errors and d.exists():
+        log(f"removing {d}")
         shutil.rmtree(d)
     if not errors and spec.shared_dir(name).exists():
         shutil.rmtree(spec.shared_dir(name))
@@ -427,6 +438,35 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
         raise LabError(errors)
     log(f"lab {name!r} removed in {time.monotonic() - t0:.1f} s")
     return True
+
+
+def _nspawn_pids(lab: LabState) -> dict[int, str]:
+    """nspawn pid -> host name, from each host's ``nspawn.pid`` (hosts without one are left out)."""
+    out = {}
+    for h in lab.hosts:
+        try:
+            out[int((Path(h.dir) / "nspawn.pid").read_text())] = h.name
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _wait_stopped(pids: set[int], hosts: dict[int, str], timeout: float, log: Log) -> set[int]:
+    """:func:`glmops.lab.hosts.wait_gone` that logs ``lab-2 stopped (4.1 s)`` as each host's nspawn
+    process (``hosts``: pid -> name) exits, and ``waiting for lab-1 (30 s)`` every 30 s while any runs."""
+    t = time.monotonic()
+    deadline, said = t + timeout, t
+    alive = {p for p in pids if H.pid_alive(p)}
+    running = {pid: name for pid, name in hosts.items() if pid in alive}
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = {p for p in alive if H.pid_alive(p)}
+        for pid in [p for p in running if p not in alive]:
+            log(f"{running.pop(pid)} stopped ({time.monotonic() - t:.1f} s)")
+        if running and time.monotonic() - said >= 30:
+            said = time.monotonic()
+            log(f"waiting for {', '.join(running.values())} to halt ({said - t:.0f} s)")
+    return alive
 
 
 def status(name: str | None = None) -> list[dict]:

@@ -246,13 +246,13 @@ def test_bench_hands_aiperf_the_key_on_stdin_not_in_argv(tmp_path):
 @pytest.mark.parametrize("tty,answer,code", [(False, "", 2), (True, "n\n", 1), (True, "\n", 1)])
 def test_destroy_asks_on_a_terminal_and_needs_yes_without_one(monkeypatch, tty, answer, code):
     """``glmops destroy`` without --yes: on a terminal it asks (default no), without one it refuses
-    naming --yes (exit 2); either way nothing is planned or run."""
+    naming --yes (exit 2); either way nothing is run (the input is checked, on the controller, first)."""
     from click.testing import CliRunner
 
+    from glmops import runner
     from glmops.cli import main
-    from glmops.commands import lifecycle
 
-    monkeypatch.setattr(lifecycle, "day2_run", lambda *a, **k: pytest.fail("planned without confirmation"))
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("ran without confirmation"))
     monkeypatch.setattr("glmops.commands.common.interactive", lambda: tty)
     res = CliRunner().invoke(main, ["destroy", "-i", str(REPO / "inventories" / "lab")], input=answer)
     assert res.exit_code == code, res.output

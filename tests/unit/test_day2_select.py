@@ -127,3 +127,18 @@ def test_rolling_restart_asks_when_a_step_holds_every_replica_of_a_role(calls):
     assert res.exit_code == 0 and [c[0] for c in calls] == ["restart.yml"], res.output
     calls.clear()
     assert _invoke("restart", "--rolling").exit_code == 0 and [c[0] for c in calls] == ["restart.yml"]
+
+
+@pytest.mark.parametrize("verb", [["stop"], ["restart"], ["destroy"]])
+@pytest.mark.parametrize("bad", [["--service", "nope"], ["--limit", "no-such-host"], ["--topology", "disagg", "-e",
+                                                                                          "glmops_engine=trtlm"]])
+def test_input_problems_come_before_the_question(calls, monkeypatch, verb, bad):
+    """On a terminal, a verb that asks (no --yes) first reports every input problem (exit 2) and
+    only asks about valid input: the prompt never appears for a bad --service, --limit or inventory."""
+    from glmops.commands import common
+
+    monkeypatch.setattr(common, "interactive", lambda: True)
+    args = [*verb, "-i", str(LAB_INV), *(["--topology", "agg"] if "--topology" not in bad else []), *bad]
+    res = CliRunner().invoke(main, args, input="y\n")
+    assert res.exit_code == 2, res.output
+    assert "Go on?" not in res.output and calls == [], res.output

@@ -186,3 +186,52 @@ def test_download_accepts_an_http_endpoint(monkeypatch):
     monkeypatch.setattr(deploy, "load_plan", stop)
     res = CliRunner().invoke(main, ["download", "-i", "inventories/lab", "--endpoint", "http://10.0.0.5:8080"])
     assert res.exit_code == 7
+
+
+# ---------------------------------------------------------------------------- SECRET_IN_ARGV names the key written
+
+
+def test_secret_in_argv_names_the_key_the_user_wrote(tmp_path, monkeypatch):
+    """A secret flag inside a mapping is named down to the key the user wrote (router.args.api-key,
+    engine_config.auth.hf_token, not the mapping or its first segment); one passed with
+    `upgrade --set` is named as `--set KEY` (the option the user typed), before any host."""
+    gv = vllm_b200_disagg(glmops_engine_config={"auth": {"hf_token": "hf_B"}})
+    gv["glmops_topologies"]["disagg"]["router"]["args"] = {"api-key": "sk-C"}
+    inv = write_inventory(tmp_path / "i", gv)
+    _plan, problems = rules.validate(load_deployment(inv))
+    paths = {p.message.split("'")[1]: p.path for p in problems if p.code == "SECRET_IN_ARGV"}
+    assert paths["api-key"].endswith("all.yml:glmops_topologies.disagg.router.args.api-key"), paths
+    assert paths["auth.hf_token"].endswith("all.yml:glmops_engine_config.auth.hf_token"), paths
+    _no_host(monkeypatch)
+    clean = write_inventory(tmp_path / "c", vllm_b200_disagg())
+    res = CliRunner().invoke(main, ["upgrade", "-i", str(clean), "--set", "engine_args={api-key: sk-ABCDEFGH}"])
+    assert res.exit_code == 2, res.output
+    assert "[SECRET_IN_ARGV] --set engine_args.api-key: engine flag 'api-key'" in res.output, res.output
+    assert "--override" not in res.output and "sk-ABCDEFGH" not in res.output
+
+
+# ---------------------------------------------------------------------------- glmops_engine: a part, not an engine
+
+
+@pytest.mark.parametrize("part,kind", [("etcd", "store"), ("nats", "store"), ("vllm_router", "router"),
+                                       ("mocker", "backend")])
+def test_a_catalog_part_as_glmops_engine_is_one_clear_problem(tmp_path, part, kind):
+    """glmops_engine naming a catalog entry that is no engine (Dynamo's discovery stores, a router,
+    Dynamo's mocker backend) is one CATALOG_KEY problem naming the key, the value, what it is and
+    the accepted engines; nothing else (no ENGINE_VERSION for a version it does not have)."""
+    dep = load_deployment(write_inventory(tmp_path / "i", vllm_b200_disagg(glmops_engine=part)))
+    _plan, problems = rules.validate(dep)
+    assert [p.code for p in problems] == ["CATALOG_KEY"], problems
+    (p,) = problems
+    assert p.path.endswith("all.yml:glmops_engine"), p.path
+    assert p.message.startswith(f"glmops_engine {part!r} is not an engine but the catalog's {kind} "), p.message
+    assert p.message.endswith("accepted: trtllm, vllm, sglang, dynamo"), p.message
+    res = CliRunner().invoke(main, ["validate", "-i", str(tmp_path / "i")])
+    assert res.exit_code == 2 and res.output.count("[") == 1, res.output
+
+
+def test_an_unknown_engine_lists_only_engines(tmp_path):
+    dep = load_deployment(write_inventory(tmp_path / "i", vllm_b200_disagg(glmops_engine="vlm")))
+    _plan, problems = rules.validate(dep)
+    assert [str(p).split("(hint")[0].split(": ", 1)[1].strip() for p in problems if p.code == "CATALOG_KEY"] == [
+        "glmops_engine 'vlm' is unknown; accepted: trtllm, vllm, sglang, dynamo"], problems

@@ -64,7 +64,7 @@ def test_topology_and_overrides(tmp_path):
     dep = load_deployment(inv, topology="disagg", overrides={"max_batch_size": 16, "glmops_kv_cache_dtype": "fp8"})
     assert dep.topology == "disagg" and dep.source("topology") == "--topology"
     assert dep.max_batch_size == 16 and dep.kv_cache_dtype == "fp8"
-    assert dep.source("max_batch_size") == "--override glmops_max_batch_size"
+    assert dep.source("max_batch_size") == "--set max_batch_size"
 
 
 def test_pool_hosts_expand_groups_and_default_speculative(tmp_path):

@@ -284,3 +284,97 @@ def test_lab_down_refuses_a_name_that_is_not_a_lab_name(monkeypatch, name):
 
 def test_lab_names_with_a_trailing_newline_are_refused():
     assert spec.check_name("ok\n") and not spec.check_name("ok")
+
+
+def test_lab_down_prints_stamped_progress_per_step_and_host(monkeypatch, tmp_path):
+    """`lab down` says what it does while it does it, the way `lab up` does (HH:MM:SS, seconds since
+    the start): the supervisor's SIGTERM, each host as its nspawn process exits, then every removal.
+    The hosts are real processes (a shell standing in for the supervisor stops them one after the
+    other on SIGTERM); mounts, cgroups and network are fakes."""
+    import contextlib
+    import re
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    monkeypatch.setattr(core, "root_problem", lambda euid=None: [])
+    monkeypatch.setattr(core.H, "cgroup_dirs", lambda lab, host=None: [])
+    monkeypatch.setattr(core.H, "mounts_under", lambda d: [str(d / "hosts/lab-1/root"), str(d / "hosts/lab-2/root")])
+    monkeypatch.setattr(core.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "", ""))
+    removed = []
+    monkeypatch.setattr(core.netsetup, "net_lock", contextlib.nullcontext)
+    monkeypatch.setattr(core.netsetup, "nat_down", removed.append)
+    monkeypatch.setattr(core.netsetup, "bridge_down", removed.append)
+    monkeypatch.setattr(core.netsetup, "host_settings_release", lambda name: None)
+    guests = [subprocess.Popen(["sleep", "60"]) for _ in (1, 2)]
+    sup = subprocess.Popen(["sh", "-c", f"trap 'kill {guests[1].pid}; sleep 0.3; kill {guests[0].pid}; exit 0' TERM; "
+                                        "while :; do sleep 0.05; done"])
+    try:
+        hosts = []
+        for i, guest in enumerate(guests, 1):
+            hdir = tmp_path / "t3" / "hosts" / f"lab-{i}"
+            hdir.mkdir(parents=True)
+            (hdir / "nspawn.pid").write_text(str(guest.pid))
+            hosts.append(spec.HostState(f"lab-{i}", i, f"10.77.9.1{i}", f"t3-lab-{i}", str(hdir)))
+        st = spec.LabState(name="t3", profile="cpu", subnet="10.77.9.0/24", gateway="10.77.9.1",
+                           bridge="glmlab-t3", nft_table="glmops_lab_t3", image="i", hosts=hosts,
+                           supervisor_pid=sup.pid)
+        st.save()
+        time.sleep(0.2)  # the shell has set its trap
+        for p in (*guests, sup):  # reap the children as they exit (as init reaps the real ones)
+            threading.Thread(target=p.wait, daemon=True).start()
+        res = CliRunner().invoke(lab_cli, ["down", "--name", "t3"])
+    finally:
+        for p in (*guests, sup):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines and all(re.match(r"\d\d:\d\d:\d\d +\d+\.\d+s ", line) for line in lines), res.output
+    said = [re.sub(r"^\S+ +\S+ ", "", line) for line in lines]
+    assert said[0].startswith(f"stopping 2 host(s) (lab-1, lab-2): SIGTERM to the supervisor (pid {sup.pid})")
+    assert re.fullmatch(r"lab-2 stopped \(\d+\.\d s\)", said[1]) and re.fullmatch(r"lab-1 stopped \(\d+\.\d s\)", said[2])
+    assert said[3] == f"unmounting 2 mount(s) under {tmp_path / 't3'}"
+    assert said[4] == "removing the bridge glmlab-t3 and the nft table glmops_lab_t3"
+    assert said[5] == f"removing {tmp_path / 't3'}"
+    assert re.fullmatch(r"lab 't3' removed in \d+\.\d s", said[6]) and len(said) == 7
+    assert removed == ["glmops_lab_t3", "glmlab-t3"] and not (tmp_path / "t3").exists()
+
+
+def _lab(tmp_path, monkeypatch, name="nx", subnet="10.77.0.0/24", count=3, profile="cpu"):
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    gw, addrs = spec.host_addresses(subnet, count)
+    (tmp_path / name).mkdir()
+    return spec.LabState(name=name, profile=profile, subnet=subnet, gateway=gw, bridge=spec.bridge_name(name),
+                         nft_table=spec.nft_table(name), image="x",
+                         hosts=[spec.HostState(spec.host_name(i), i, addrs[i - 1], f"{name}-lab-{i}", str(tmp_path))
+                                for i in range(1, count + 1)])
+
+
+def test_the_lab_inventory_goes_to_a_verb_as_lab_up_says(tmp_path, monkeypatch):
+    """`lab up` prints: a directory holding its inventory.yml (a link) and a group_vars/all.yml with
+    the deployment's variables is a glmops inventory. Its glmops_lab_* group vars are lab metadata
+    (glmops.variables.LAB_VARIABLES) that validate accepts; a misspelt one is still UNKNOWN_KEY."""
+    import shutil
+
+    from glmops.cli import main
+    from glmops.variables import HOST_VARIABLES, LAB_VARIABLES
+
+    inv = core.write_inventory(_lab(tmp_path, monkeypatch))
+    data = yaml.safe_load(inv.read_text())["all"]["children"]["lab"]
+    written = {k for k in data["vars"] if k.startswith("glmops_")} | {
+        k for hv in data["hosts"].values() for k in hv if k.startswith("glmops_")}
+    assert written == set(LAB_VARIABLES) and not written & set(HOST_VARIABLES)
+    mine = tmp_path / "mine"
+    (mine / "group_vars").mkdir(parents=True)
+    (mine / "inventory.yml").symlink_to(inv)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    shutil.copy(os.path.join(repo, "inventories", "lab", "group_vars", "all.yml"), mine / "group_vars" / "all.yml")
+    res = CliRunner().invoke(main, ["validate", "-i", str(mine)])
+    assert res.exit_code == 0 and "valid:" in res.output and "UNKNOWN_KEY" not in res.output, res.output
+    inv.write_text(inv.read_text().replace("glmops_lab_profile:", "glmops_lab_profil:"))
+    res = CliRunner().invoke(main, ["validate", "-i", str(mine)])
+    assert res.exit_code == 2 and "[UNKNOWN_KEY]" in res.output and "'glmops_lab_profil'" in res.output, res.output
+    assert "glmops_lab_name" not in res.output

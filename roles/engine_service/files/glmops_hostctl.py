@@ -42,7 +42,9 @@ about what ``ansible -m setup`` costs. Every subcommand prints one JSON document
       /run/glmops-gate/ID.json) until ``done``: the playbook's ``until`` loop, whose retries the
       progress view prints. Exit 1 when done and any is not ready.
   status --service UNIT|HEALTH_URL ...
-      -> {"services": [{unit, active, sub, pid, uptime_s, health[, failure, journal, first_error]}]}
+      -> {"services": [{unit, active, sub, loaded, pid, uptime_s, health[, failure, journal, first_error]}]}
+      (``loaded``: systemd's LoadState, ``not-found`` when the unit is not installed; ``health``: the
+      HTTP status of its /health, -1 when nothing answers)
       a failed unit (its start limit hit included) comes with its last 20 journal lines
 """
 from __future__ import annotations
@@ -566,7 +568,8 @@ def cmd_status(args) -> int:
         started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
         status = http(health, timeout=3, key=api_key(auth))[0] if health else None
         rows.append({"unit": unit, "active": props.get("ActiveState", ""), "sub": props.get("SubState", ""),
-                     "enabled": props.get("UnitFileState", ""), "pid": int(props.get("MainPID") or 0),
+                     "enabled": props.get("UnitFileState", ""), "loaded": props.get("LoadState", ""),
+                     "pid": int(props.get("MainPID") or 0),
                      "restarts": int(props.get("NRestarts") or 0),
                      "uptime_s": round(time.monotonic() - started, 1)
                      if started and props.get("ActiveState") == "active" else None,
