@@ -84,6 +84,13 @@ def timed(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> tuple[f
     return time.monotonic() - start, proc
 
 
+def timed_call(fn):
+    """(wall seconds, fn()) of a call."""
+    start = time.monotonic()
+    value = fn()
+    return time.monotonic() - start, value
+
+
 def prepare(args) -> tuple[bool, Path]:
     """Boot (or reuse) the lab and write its inventory; returns (lab existed, inventory dir)."""
     setup = SETUPS[args.inventory]
@@ -92,23 +99,44 @@ def prepare(args) -> tuple[bool, Path]:
     if args.inventory == "lab":
         lab = D.lab_up(args.lab, 3, args.subnet, D.lab_binds(args.lab, "lab"))
         return existed, D.make_inventory(lab, "lab", out, ["lab-1", "lab-2"], ["lab-3"])
+    lab = boot_b200sim(args.lab, 3, args.subnet)
+    topologies = b200sim_topologies()
+    topologies["agg"]["pools"]["agg"]["gpus"] = [0, 1, 2, 3]  # one replica per worker host
+    return existed, b200sim_inventory(lab, out, ["lab-1", "lab-2"], ["lab-3"], topologies)
+
+
+def boot_b200sim(lab_name: str, hosts: int, subnet: str) -> dict:
+    """Boot (or reuse) a ``b200-sim`` lab of ``hosts`` hosts on ``subnet`` (a /24 or ``auto``)
+    with the strict trtllm-serve double installed where the venv runtime expects the engine
+    on every host; the lab wheelhouse's ``router`` set is built first. Returns the lab's
+    inventory.yml as a dict; SystemExit naming the host when a double install fails."""
     subprocess.run([sys.executable, "-m", "glmops.lab.wheelhouse", "build", "--set", "router"],
                    check=True, cwd=REPO, timeout=900, capture_output=True)
-    lab = D.lab_up(args.lab, 3, args.subnet, [f"{REPO / 'tests' / 'doubles'}:/opt/glmops-doubles-src"],
-                   profile=setup["profile"])
-    for host in ("lab-1", "lab-2", "lab-3"):
+    lab = D.lab_up(lab_name, hosts, subnet, [f"{REPO / 'tests' / 'doubles'}:/opt/glmops-doubles-src"],
+                   profile="b200-sim")
+    for host in lab["all"]["children"]["lab"]["hosts"]:
         res = D.ssh(lab, host, f"python3 /opt/glmops-doubles-src/engine_http_double.py install "
                                f"--dest /opt/glmops-doubles --bin {TRTLLM_BIN} && mkdir -p /models/zai-org/GLM-5.3-Flash")
         if res.returncode != 0:
             raise SystemExit(f"{host}: installing the engine double failed: {res.stderr}")
+    return lab
+
+
+def b200sim_topologies() -> dict:
+    """inventories/lab-b200sim's ``glmops_topologies`` (inventories/b200's Plan), a fresh copy to edit."""
     base = REPO / "inventories" / "lab-b200sim" / "group_vars"
-    allvars = yaml.safe_load((base / "all.yml").read_text())
-    topologies = allvars["glmops_topologies"]
-    topologies["agg"]["pools"]["agg"]["gpus"] = [0, 1, 2, 3]  # one replica per worker host
-    # the lab's engine doubles and the router wheel set apply to lab-3 (the router) too
-    workers = yaml.safe_load((base / "glmops_workers.yml").read_text())
-    return existed, D.make_inventory(lab, "lab-b200sim", out, ["lab-1", "lab-2"], ["lab-3"],
-                                     {"glmops_topologies": topologies, **workers, **SIM_HOST_VARS})
+    return yaml.safe_load((base / "all.yml").read_text())["glmops_topologies"]
+
+
+def b200sim_inventory(lab: dict, out: Path, workers: list[str], routers: list[str], topologies: dict) -> Path:
+    """Write a copy of inventories/lab-b200sim at ``out`` for ``lab``'s hosts: ``workers`` and
+    ``routers`` (lab host names) in glmops_workers / glmops_routers, ``topologies`` as
+    ``glmops_topologies``, the workers group's vars (engine doubles, router wheel set) and
+    ``SIM_HOST_VARS`` for every host (the router's too). Returns ``out``."""
+    base = REPO / "inventories" / "lab-b200sim" / "group_vars"
+    workers_vars = yaml.safe_load((base / "glmops_workers.yml").read_text())
+    return D.make_inventory(lab, "lab-b200sim", out, workers, routers,
+                            {"glmops_topologies": topologies, **workers_vars, **SIM_HOST_VARS})
 
 
 def task_profile(artifacts: Path) -> tuple[float, list[tuple[float, str, str]]]:

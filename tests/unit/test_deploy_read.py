@@ -303,3 +303,51 @@ def test_read_action_returns_the_hosts_the_current_generation_recorded(tmp_path)
         assert proc.returncode == 0, proc.stdout
         got = _read_play(tmp_path, plan, hostvars, provision=False)["recorded"]
         assert got == ({"current": 1, "hosts": None} if number == 1 else {"current": 2, "hosts": hosts})
+
+
+def _sorted_groups(tmp_path: Path, fast: dict[str, bool]) -> dict[str, list[str]]:
+    """plays/read.yml's tasks after the read, on local hosts whose read is stubbed (``fast`` per
+    host, groups as the read action gives them) -> {group: sorted hosts} for the groups they set."""
+    play = yaml.safe_load((REPO / "playbooks" / "plays" / "read.yml").read_text())[0]
+    after = play["tasks"][1:]
+    assert after and not any("glmops_deploy_read" in t for t in after)
+    stub = {"name": "Stub the read", "ansible.builtin.set_fact": {"glmops_read": {
+        "fast": "{{ glmops_stub_fast | bool }}",
+        "groups": "{{ [] if glmops_stub_fast | bool else ['glmops_apply', 'glmops_provision'] }}"}}}
+    out = tmp_path / "groups.json"
+    keep = {"name": "Keep", "run_once": True, "delegate_to": "localhost", "ansible.builtin.copy": {
+        "dest": str(out), "content": "{{ {'apply': groups['glmops_apply'] | default([]) | sort,"
+                                     " 'provision': groups['glmops_provision'] | default([]) | sort,"
+                                     " 'record': groups['glmops_record'] | default([]) | sort} | to_json }}"}}
+    doc = [{**{k: v for k, v in play.items() if k != "tasks"}, "hosts": "all", "connection": "local",
+            "vars": {"ansible_python_interpreter": sys.executable}, "tasks": [stub, *after]},
+           {"name": "keep", "hosts": "localhost", "connection": "local", "gather_facts": False,
+            "vars": {"ansible_python_interpreter": sys.executable}, "tasks": [keep]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(doc))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {h: {"glmops_stub_fast": f} for h, f in fast.items()},
+                                           "children": {}}}))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
+                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=ENV, cwd=REPO,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_read_play_sorts_hosts_and_records_all_when_any_is_not_in_state(tmp_path):
+    groups = _sorted_groups(tmp_path, {"h1": True, "h2": False, "h3": True})
+    assert groups == {"apply": ["h2"], "provision": ["h2"], "record": ["h1", "h2", "h3"]}
+
+
+def test_read_play_records_nothing_when_every_host_is_in_state(tmp_path):
+    assert _sorted_groups(tmp_path, {"h1": True, "h2": True}) == {"apply": [], "provision": [], "record": []}
+
+
+def test_read_play_looks_at_every_hosts_read_once_not_once_per_host():
+    """The any-host test (every host's hostvars) is one run_once task; the per-host sorting reads
+    only its own host's groups, so the controller's work grows with the hosts, not their square."""
+    tasks = yaml.safe_load((REPO / "playbooks" / "plays" / "read.yml").read_text())[0]["tasks"]
+    over_all = [t for t in tasks if "ansible_play_hosts | map('extract', hostvars" in json.dumps(t)]
+    assert len(over_all) == 1 and over_all[0].get("run_once") is True, over_all
+    sort = next(t for t in tasks if "ansible.builtin.add_host" in t)
+    assert "vars" not in sort and "map('extract'" not in json.dumps(sort)
