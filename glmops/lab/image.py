@@ -42,6 +42,8 @@ PACKAGES = (
     "python3", "python3-apt", "python3-venv",
     "openssh-server", "sudo", "acl",
     "iproute2", "iputils-ping", "procps", "rsync", "curl", "ca-certificates", "gnupg",
+    # roles/engine_runtime packs and unpacks runtime archives with it (installed there when missing)
+    "zstd",
 )
 
 

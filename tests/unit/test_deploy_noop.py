@@ -10,6 +10,7 @@ import http.server
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -126,7 +127,7 @@ def test_runtime_probe_reads_manifest_marker_and_packages(tmp_path):
                               capture_output=True, text=True, check=True)
         return json.loads(proc.stdout)
 
-    assert run() == {"manifest": None, "marker": None, "packages": {}, "platform": None}
+    assert run() == {"manifest": None, "marker": None, "packages": {}, "platform": None, "zstd": shutil.which("zstd")}
     (wh / "wheelhouse.json").write_text(json.dumps({"key": "k1", "lock": ["a==1"],
                                                     "system_packages": ["glmops-no-such-package"]}))
     (venv / ".glmops-runtime.json").write_text(json.dumps({"hash": "h1"}))

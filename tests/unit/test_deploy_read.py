@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_one_program_runs_every_script_with_its_own_argv_and_exit_code(tmp_path)
     assert out["state"]["rc"] == 0 and out["state"]["json"]["drifted"] == []
     assert out["state"]["json"]["stamp"] == {"key": "k"}
     assert out["drift"]["json"]["drifted"] == [str(unit_file)] and out["drift"]["json"]["stamp"] is None
-    assert out["probe"]["json"] == {"manifest": None, "marker": None, "packages": {}, "platform": None}
+    assert out["probe"]["json"] == {"manifest": None, "marker": None, "packages": {}, "platform": None, "zstd": shutil.which("zstd")}
     assert out["facts"]["json"]["facts"]["os"]["id"]
     assert out["bad"]["rc"] == 2 and "unknown option(s): gpu_vendr" in out["bad"]["json"]["msg"]
     assert out["boom"]["rc"] == 1 and "boom.py: RuntimeError: disk on fire" in out["boom"]["json"]["msg"]

