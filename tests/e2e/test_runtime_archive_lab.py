@@ -7,7 +7,10 @@ cheapest real set) as one runtime.
    packages and import huggingface-hub.
 2. Same input again: changed=0 on every host.
 3. A host that lost its venv takes it from the controller's archive: nobody runs pip.
-4. The controller's archive no longer matches the sha256 the builder recorded: the host that
+4. Two runs that build the same runtime at once into one archive directory (each its own
+   builder) both succeed; the archive and its record come from the same builder, and no part
+   file is left.
+5. The controller's archive no longer matches the sha256 the builder recorded: the host that
    needs it fails, naming itself and both digests; its venv is left as it was (it still imports)
    and its copy of the archive is gone.
 
@@ -55,16 +58,18 @@ def archives(tmp_path_factory):
     return tmp_path_factory.mktemp("runtimes")
 
 
-def _play(archives: Path, tmp: Path) -> subprocess.CompletedProcess:
+def _play(archives: Path, tmp: Path, limit: str | None = None, wait: bool = True):
     play = tmp / "hub.yml"
     play.write_text(PLAY)
     env = {**os.environ, "ANSIBLE_CONFIG": str(D.REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(D.REPO / "roles"),
            "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     inv = D.LAB_ROOT / LAB / "inventory.yml"
-    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(play),
-                           "-e", json.dumps({"engine_runtime_archive_dir": str(archives)})],
-                          capture_output=True, text=True, timeout=900, env=env, cwd=tmp)
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(play),
+            "-e", json.dumps({"engine_runtime_archive_dir": str(archives)}), *(["--limit", limit] if limit else [])]
+    if not wait:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, cwd=tmp)
 
 
 def _task_hosts(out: str, task: str, status: str) -> set[str]:
@@ -125,6 +130,26 @@ def test_a_host_that_lost_its_venv_takes_the_archive_and_nobody_runs_pip(lab, ar
     assert _task_hosts(proc.stdout, "Start installing the requirements", "ok") == set()
     assert _task_hosts(proc.stdout, "Unpack the runtime archive", "changed") == {"lab-3"}
     assert _freeze(lab, "lab-3") == _freeze(lab, "lab-1")
+
+
+def test_two_runs_building_the_same_runtime_at_once_both_succeed(lab, tmp_path):
+    archives = tmp_path / "runtimes"
+    for h in ("lab-1", "lab-2"):
+        D.ssh(lab, h, f"rm -rf {VENV}")
+    runs = {h: _play(archives, tmp_path / h, limit=h, wait=False) for h in ("lab-1", "lab-2")
+            if (tmp_path / h).mkdir() is None}
+    outs = {h: p.communicate(timeout=900)[0] for h, p in runs.items()}
+    assert {h: p.returncode for h, p in runs.items()} == {"lab-1": 0, "lab-2": 0}, outs
+    # each run built (its host ran pip), and one of them gave the archive its name
+    for h, out in outs.items():
+        assert _task_hosts(out, "Start installing the requirements", "ok") == {h}, out[-3000:]
+    kept = {h for h, out in outs.items() if _task_hosts(out, "Keep the archive and its record under their names", "changed")}
+    dropped = {h for h, out in outs.items() if _task_hosts(out, "Keep the archive and its record under their names", "ok")}
+    assert len(kept) == 1 and dropped == {"lab-1", "lab-2"} - kept, outs
+    record = json.loads(next(archives.glob("hub-2.4.0-*.tar.zst.json")).read_text())
+    import hashlib
+    assert hashlib.sha256(next(archives.glob("hub-2.4.0-*.tar.zst")).read_bytes()).hexdigest() == record["sha256"]
+    assert sorted(p.name.rsplit(".", 1)[-1] for p in archives.iterdir()) == ["json", "lock", "zst"]
 
 
 def test_an_archive_that_does_not_match_its_record_is_refused_and_names_the_host(lab, archives, tmp_path):
