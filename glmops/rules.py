@@ -460,7 +460,7 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
     ok = True
     # glmops_engine: a catalog entry without a kind; a router, a Dynamo backend or a discovery store
     # (etcd, nats) is a part glmops runs beside an engine, never one
-    engines = [k for k, e in cat.engines.items() if not e.get("kind")]
+    engines = [k for k, e in cat.engines.items() if e.get("kind", "engine") == "engine"]
     for field, var, accepted in (
         ("model", "glmops_model", list(cat.models)),
         ("engine", "glmops_engine", engines),

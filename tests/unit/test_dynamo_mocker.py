@@ -157,7 +157,7 @@ def test_mocker_is_a_backend_not_an_engine(tmp_path):
     gv["glmops_engine"] = "mocker"
     _plan, problems = validate(tmp_path, gv)
     bad = [p for p in problems if p.code == "CATALOG_KEY"]
-    assert bad and "glmops_engine 'mocker' is unknown" in bad[0].message
+    assert bad and "glmops_engine 'mocker' is not an engine but the catalog's backend" in bad[0].message
     assert "dynamo" in bad[0].message and "mocker" not in bad[0].message.split("accepted:")[1]
     gv = copy.deepcopy(lab_vars())
     gv["glmops_dynamo_backend"] = "echo"
