@@ -18,6 +18,7 @@ Own lab ``e2erta`` (b200-sim, ``--subnet auto``), ansible-playbook with the repo
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -108,7 +109,6 @@ def test_one_host_builds_the_others_unpack_then_nothing_changes(lab, archives, t
     archive = next(archives.glob("hub-2.4.0-*.tar.zst"))
     assert record["builder"] == "lab-1"
     assert record["platform"].startswith("debian-12-x86_64-cpython-3.11."), record
-    import hashlib
     assert hashlib.sha256(archive.read_bytes()).hexdigest() == record["sha256"]
     assert oct(archive.stat().st_mode & 0o777) == "0o600" and oct(archives.stat().st_mode & 0o777) != "0o777"
     frozen = {h: _freeze(lab, h) for h in ("lab-1", "lab-2", "lab-3")}
@@ -147,7 +147,6 @@ def test_two_runs_building_the_same_runtime_at_once_both_succeed(lab, tmp_path):
     dropped = {h for h, out in outs.items() if _task_hosts(out, "Keep the archive and its record under their names", "ok")}
     assert len(kept) == 1 and dropped == {"lab-1", "lab-2"} - kept, outs
     record = json.loads(next(archives.glob("hub-2.4.0-*.tar.zst.json")).read_text())
-    import hashlib
     assert hashlib.sha256(next(archives.glob("hub-2.4.0-*.tar.zst")).read_bytes()).hexdigest() == record["sha256"]
     assert sorted(p.name.rsplit(".", 1)[-1] for p in archives.iterdir()) == ["json", "lock", "zst"]
 
