@@ -44,7 +44,8 @@ def test_started_engine_makes_no_hub_request(tmp_path):
         gv.update({
             "glmops_deployment": "ckserve", "glmops_topology": "agg",
             "glmops_checkpoint": dict(gv["glmops_checkpoint"], mode="per_node"),
-            "glmops_topologies": {"agg": {"pools": {"agg": {"replicas": 1, "hosts": ["lab-1"], "port": 8001}},
+            "glmops_topologies": {"agg": {"pools": {"agg": {"replicas": 1, "hosts": ["lab-1"], "port": 8001,
+                                                            "env": gv["glmops_topologies"]["agg"]["pools"]["agg"]["env"]}},
                                           "router": {"host": "lab-1", "port": 8000}}},
             # if the engine asked the hub for anything, it would ask the double
             "glmops_env": {"HF_ENDPOINT": hub.url},
