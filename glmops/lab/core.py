@@ -115,7 +115,8 @@ def preflight(name: str, hosts: int, profile: str, subnet: str, binds: list[Bind
               euid: int | None = None) -> tuple[str, list[str]]:
     """Check everything ``up`` needs; return (subnet to use, problems). Runs under the net lock.
 
-    ``subnet`` may be ``auto``: the first free /24 of 10.77.0.0/16.
+    ``subnet`` may be ``auto``: the first free /24 of 10.77.0.0/16 other than
+    :data:`DEFAULT_SUBNET`, which stays for the README's lab (inventories/lab addresses it).
     """
     problems = root_problem(euid)
     problems += check_name(name)
@@ -138,7 +139,7 @@ def preflight(name: str, hosts: int, profile: str, subnet: str, binds: list[Bind
             problems.append(f"nft table ip {nft_table(name)} already exists: "
                             f"`nft delete table ip {nft_table(name)}`")
     if subnet == "auto":
-        picked = netsetup.free_subnet(AUTO_SUBNET_POOL, _taken_subnets())
+        picked = netsetup.free_subnet(AUTO_SUBNET_POOL, [*_taken_subnets(), DEFAULT_SUBNET])
         if picked is None:
             problems.append(f"--subnet auto: no free /24 left in {AUTO_SUBNET_POOL}")
         subnet = picked or subnet

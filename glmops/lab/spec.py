@@ -18,7 +18,7 @@ from pathlib import Path
 
 DEFAULT_NAME = "glmops"
 DEFAULT_SUBNET = "10.77.0.0/24"
-# the pool `--subnet auto` picks from: 10.77.0.0/24, 10.77.1.0/24, ... 10.77.255.0/24
+# the pool `--subnet auto` picks from: 10.77.1.0/24, ... 10.77.255.0/24 (DEFAULT_SUBNET, the README lab's, is skipped)
 AUTO_SUBNET_POOL = "10.77.0.0/16"
 STATE_ROOT = Path(os.environ.get("GLMOPS_LAB_ROOT", "/var/lib/glmops-lab"))
 CGROUP_ROOT = Path("/sys/fs/cgroup")
