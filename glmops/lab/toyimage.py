@@ -193,6 +193,63 @@ class UpstreamRegistry:
         self.proc = None
 
 
+class ThrottledProxy:
+    """A TCP proxy on ``host`` in front of ``target`` (host, port) whose connections together send
+    at most ``bytes_per_s`` towards the clients: the upstream registry behind one WAN link (parallel
+    blob fetches share it, as they would share a site's uplink). 0 means no limit."""
+
+    def __init__(self, host: str, target: tuple[str, int], bytes_per_s: int):
+        import threading
+
+        self.target, self.rate = target, bytes_per_s
+        self.sock = socket.create_server((host, 0))
+        self.address = f"{host}:{self.sock.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._free_at = 0.0  # when the link has sent everything handed to it so far
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, bool(self.rate)), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, throttled: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if throttled:
+                    with self._lock:
+                        self._free_at = max(self._free_at, time.monotonic()) + len(data) / self.rate
+                        wait = self._free_at - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
 def insecure_registries_conf(address: str) -> str:
     """containers-registries.conf(5) drop-in that lets skopeo on a lab host talk plain HTTP to
     ``address`` (what Docker's ``insecure-registries`` is to a Docker engine)."""

@@ -254,3 +254,41 @@ def test_upstream_registry_counts_image_bytes_from_its_log(tmp_path):
         fh.write(json.dumps({"http.request.method": "GET", "http.request.uri": "/v2/toy/blobs/sha256:b",
                              "http.response.written": 7000}) + "\n")
     assert reg.bytes_served() == 7000
+
+
+def test_throttled_proxy_shares_one_rate_over_its_connections():
+    import socket
+    import threading
+    import time
+
+    from glmops.lab.toyimage import MiB, ThrottledProxy
+
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        for _ in range(2):
+            conn, _ = server.accept()
+            threading.Thread(target=lambda c=conn: (c.sendall(payload), c.close()), daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
+    proxy = ThrottledProxy("127.0.0.1", server.getsockname(), 4 * MiB)
+    got = []
+
+    def fetch():
+        host, port = proxy.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as c:
+            buf = b""
+            while chunk := c.recv(65536):
+                buf += chunk
+            got.append(buf)
+    start = time.monotonic()
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    took = time.monotonic() - start
+    proxy.stop()
+    server.close()
+    assert got == [payload, payload]
+    assert took >= 2 * len(payload) / (4 * MiB) - 0.05  # 2 MiB through one 4 MiB/s link: >= 0.5 s, not 0.25 s
