@@ -130,11 +130,11 @@ def test_container_mode_includes_the_fanout_and_pulls_only_without_it():
         < names.index("Pull the seed's image") < names.index("Build the derived image")
 
 
-def _vars_play(tmp: Path, pulls: dict[str, str], image: str, fanout: bool = True) -> str:
+def _vars_play(tmp: Path, pulls: dict[str, str], image: str, fanout: bool = True, ipv6: bool = False) -> str:
     """Evaluate the role's fan-out vars on three local hosts; ``pulls``: host -> the image it needs."""
     inv = tmp / "hosts.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {
-        h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_host": f"10.0.0.{i}"}
+        h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_host": f"fd00::{i}" if ipv6 else f"10.0.0.{i}"}
         for i, h in enumerate(["h1", "h2", "h3"], 1)}}}))
     book = tmp / "vars.yml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "vars": {
@@ -161,6 +161,9 @@ def test_the_fanout_host_is_the_first_host_that_needs_the_image(tmp_path):
     # a host that needs another image is not chosen for this one
     out = _vars_play(tmp_path, {"h1": "other:2", "h3": "toy:1"}, "toy:1")
     assert "VARS h3 h3 10.0.0.3:5050/glmops-fanout/image True" in out, out[-2000:]
+    # an IPv6 inventory address is bracketed
+    out = _vars_play(tmp_path, {"h2": "toy:1"}, "toy:1", ipv6=True)
+    assert "VARS h2 h2 [fd00::2]:5050/glmops-fanout/image True" in out, out[-2000:]
     # digest references, and fan-out off: each host pulls
     assert "VARS h1 h1 10.0.0.1:5050/glmops-fanout/image False" in _vars_play(
         tmp_path, {"h1": "toy@sha256:" + "a" * 64}, "toy@sha256:" + "a" * 64)
