@@ -5,7 +5,8 @@ docker-registry on the controller, bound to the lab's gateway) serves: a generat
 
 1. First run: the upstream registry serves the image's bytes once (its blobs exactly once, to the
    fan-out host lab-1 only); every host holds the image with the pinned config digest as its ID;
-   the fan-out registry is stopped and emptied; no copy is left. A second run changes nothing and
+   the fan-out registry is stopped and emptied; no copy is left; Debian's own docker-registry unit
+   was masked before the package came and never ran. A second run changes nothing and
    fetches nothing.
 2. A host whose loaded image ID is not the pinned digest (lab-2's docker loads other bytes) is
    refused, named with both digests; the others get the image; the fan-out registry is stopped.
@@ -81,6 +82,10 @@ def test_the_image_is_fetched_once_and_every_host_verifies_it(lab, upstream, tmp
         held = F.images(_ssh(lab), h)
         assert held[ref]["Id"] == image.config_digest, (h, held)
     assert _fanout_left(lab) == ("inactive", "gone")
+    # Debian's own registry unit was masked before its package came: it never ran
+    assert D.ssh(lab, "lab-1", "systemctl is-enabled docker-registry.service").stdout.strip() == "masked"
+    assert D.ssh(lab, "lab-1", "systemctl show -p ActiveEnterTimestampMonotonic --value docker-registry.service"
+                 ).stdout.strip() == "0"
     for h in HOSTS:
         assert D.ssh(lab, h, "ls /var/tmp | grep -c glmops-image || true").stdout.strip() == "0"
 
