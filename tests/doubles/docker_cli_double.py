@@ -145,18 +145,25 @@ def load(args: list[str]) -> int:
     if rest:
         raise Usage('"docker load" accepts no arguments.')
     source = (opts.get("--input") or [None])[-1]
-    try:
-        data = open(source, "rb").read() if source else sys.stdin.buffer.read()
-    except OSError as exc:
-        print(f"open {source}: {exc.strerror.lower()}", file=sys.stderr)
+    if source and not os.path.isfile(source):
+        print(f"open {source}: no such file or directory", file=sys.stderr)
         return 1
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+    try:  # a file is read as a stream (layers are hashed in chunks, as the engine does)
+        with (tarfile.open(source) if source else tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()))) as tar:
             def member(name: str) -> bytes:
                 fh = tar.extractfile(name)
                 if fh is None:
                     raise KeyError(name)
                 return fh.read()
+
+            def digest(name: str) -> str:
+                fh = tar.extractfile(name)
+                if fh is None:
+                    raise KeyError(name)
+                h = hashlib.sha256()
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+                return "sha256:" + h.hexdigest()
             manifest = json.loads(member("manifest.json"))
             loaded = []
             images = _store()
@@ -169,7 +176,7 @@ def load(args: list[str]) -> int:
                           file=sys.stderr)
                     return 1
                 for layer, want in zip(layers, diff_ids):
-                    got = "sha256:" + hashlib.sha256(member(layer)).hexdigest()
+                    got = digest(layer)
                     if got != want:
                         print(f"invalid diffID for layer {layer}: expected {want!r}, got {got!r}", file=sys.stderr)
                         return 1
