@@ -66,6 +66,9 @@ APT_PACKAGES: dict[str, str] = {
     "gpg": "gpg",
     # promtool: the alert rules' checks and unit tests (tests/unit/test_monitoring.py)
     "prometheus": "promtool",
+    # the lab's upstream image registry (glmops/lab/toyimage.py; the image fan-out test and bench)
+    "skopeo": "skopeo",
+    "docker-registry": "docker-registry",
 }
 
 

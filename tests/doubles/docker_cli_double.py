@@ -15,6 +15,15 @@ Only what ``roles/engine_runtime`` (container mode) uses, spelled as Docker 28's
   ``failed to resolve source metadata for NAME: NAME: not found``, exit 1. ``RUN`` in JSON
   (exec) form must be valid JSON. The image gets an id = sha256 of (base id, Dockerfile, labels)
   and the tags.
+* ``docker load [-i|--input FILE] [-q|--quiet]``: a docker-archive tar (``manifest.json`` with
+  ``Config``, ``RepoTags``, ``Layers``; what ``skopeo copy ... docker-archive:`` writes). The image
+  id is the sha256 of the config file's bytes (as Docker's); every layer must be in the archive and
+  its sha256 must equal the config's ``rootfs.diff_ids`` entry, else ``Error processing tar file``/
+  ``invalid diffID``, exit 1. Prints ``Loaded image: TAG`` per tag, or ``Loaded image ID: sha256:...``
+  for an untagged image (stored under its id). Without ``--input`` it reads stdin.
+* ``docker tag SOURCE TARGET``: SOURCE a name or a full ``sha256:`` id; missing ->
+  ``Error response from daemon: No such image: SOURCE``, exit 1; a TARGET with a digest ->
+  ``refusing to create a tag with a digest reference``, exit 1.
 
 Anything else (another subcommand, another flag, a missing value) exits 125 with Docker's
 ``unknown command`` / ``unknown flag`` / ``flag needs an argument`` wording.
@@ -26,9 +35,11 @@ store) and ``calls.log`` (one JSON argv per line, every call); ``GLMOPS_DOCKER_D
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sys
+import tarfile
 
 STATE = os.environ.get("GLMOPS_DOCKER_DOUBLE_STATE", "/var/lib/docker-cli-double")
 REGISTRY = os.environ.get("GLMOPS_DOCKER_DOUBLE_REGISTRY", os.path.join(STATE, "registry.json"))
@@ -106,20 +117,102 @@ def _pull(name: str, images: dict, quiet: bool = False) -> int:
     return 0
 
 
+def _find(name: str, images: dict) -> dict | None:
+    """The image a name or a full ``sha256:`` id refers to."""
+    if _ref(name) in images:
+        return images[_ref(name)]
+    return next((img for img in images.values() if img["Id"] == name), None)
+
+
 def inspect(args: list[str]) -> int:
     _, names = _options(args, {})
     if not names:
         raise Usage('"docker image inspect" requires at least 1 argument.')
     images = _store()
-    found, missing = [], []
-    for name in names:
-        (found if _ref(name) in images else missing).append(name)
+    missing = [name for name in names if _find(name, images) is None]
     if missing:
         print("[]")
         for name in missing:
             print(f"Error: No such image: {name}", file=sys.stderr)
         return 1
-    print(json.dumps([images[_ref(n)] for n in names], indent=4))
+    print(json.dumps([_find(n, images) for n in names], indent=4))
+    return 0
+
+
+def load(args: list[str]) -> int:
+    opts, rest = _options(args, {"--input": "value", "-i": "value", "=-i": "--input", "--quiet": "bool",
+                                 "-q": "bool", "=-q": "--quiet"})
+    if rest:
+        raise Usage('"docker load" accepts no arguments.')
+    source = (opts.get("--input") or [None])[-1]
+    if source and not os.path.isfile(source):
+        print(f"open {source}: no such file or directory", file=sys.stderr)
+        return 1
+    try:  # a file is read as a stream (layers are hashed in chunks, as the engine does)
+        with (tarfile.open(source) if source else tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()))) as tar:
+            def member(name: str) -> bytes:
+                fh = tar.extractfile(name)
+                if fh is None:
+                    raise KeyError(name)
+                return fh.read()
+
+            def digest(name: str) -> str:
+                fh = tar.extractfile(name)
+                if fh is None:
+                    raise KeyError(name)
+                h = hashlib.sha256()
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+                return "sha256:" + h.hexdigest()
+            manifest = json.loads(member("manifest.json"))
+            loaded = []
+            images = _store()
+            for entry in manifest:
+                config = member(entry["Config"])
+                diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+                layers = entry.get("Layers") or []
+                if len(layers) != len(diff_ids):
+                    print("Error processing tar file(exit status 1): invalid manifest, layers length mismatch",
+                          file=sys.stderr)
+                    return 1
+                for layer, want in zip(layers, diff_ids):
+                    got = digest(layer)
+                    if got != want:
+                        print(f"invalid diffID for layer {layer}: expected {want!r}, got {got!r}", file=sys.stderr)
+                        return 1
+                image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+                tags = [_ref(t) for t in entry.get("RepoTags") or []]
+                labels = (json.loads(config).get("config") or {}).get("Labels") or {}
+                for key in tags or [image_id]:
+                    images[key] = {"Id": image_id, "RepoTags": tags, "Config": {"Labels": labels}}
+                loaded += [f"Loaded image: {t}" for t in tags] or [f"Loaded image ID: {image_id}"]
+    except (tarfile.TarError, KeyError, ValueError, TypeError) as exc:
+        print(f"Error processing tar file(exit status 1): {exc}", file=sys.stderr)
+        return 1
+    _save(images)
+    print("\n".join(loaded))
+    return 0
+
+
+def tag(args: list[str]) -> int:
+    _, names = _options(args, {})
+    if len(names) != 2:
+        raise Usage('"docker tag" requires exactly 2 arguments.')
+    source, target = names
+    images = _store()
+    image = _find(source, images)
+    if image is None:
+        print(f"Error response from daemon: No such image: {source}", file=sys.stderr)
+        return 1
+    if "@" in target:
+        print(f"refusing to create a tag with a digest reference: {target}", file=sys.stderr)
+        return 1
+    tags = sorted(set(image.get("RepoTags") or []) | {_ref(target)})
+    images[_ref(target)] = dict(image, RepoTags=tags)
+    for key, other in images.items():
+        if other["Id"] == image["Id"]:
+            images[key] = dict(other, RepoTags=tags)
+    _save(images)
     return 0
 
 
@@ -202,6 +295,10 @@ def main(argv: list[str]) -> int:
             return pull(argv[1:])
         if argv[:1] == ["build"]:
             return build(argv[1:])
+        if argv[:1] == ["load"]:
+            return load(argv[1:])
+        if argv[:1] == ["tag"]:
+            return tag(argv[1:])
         if argv[:1] == ["image"]:
             raise Usage(f"unknown command: docker image {' '.join(argv[1:2])}")
         raise Usage(f"unknown command: docker {' '.join(argv[:1])}")

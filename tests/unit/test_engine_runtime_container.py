@@ -47,14 +47,14 @@ class Docker:
 
 
 def _role(tmp: Path, docker: Docker, engine: str, version: str, image: str, pins: list[str],
-          check: bool = False) -> subprocess.CompletedProcess:
+          check: bool = False, fanout: bool = False) -> subprocess.CompletedProcess:
     book = tmp / "play.yml"
     book.write_text("- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: engine_runtime\n")
     extra = tmp / "vars.json"
     extra.write_text(json.dumps({
         "engine_runtime_mode": "container", "engine_runtime_engine": engine, "engine_runtime_version": version,
         "engine_runtime_image": image, "engine_runtime_pins": pins, "engine_runtime_docker": str(DOUBLE),
-        "engine_runtime_image_build_dir": str(tmp / "images")}))
+        "engine_runtime_image_build_dir": str(tmp / "images"), "engine_runtime_image_fanout": fanout}))
     env = {**os.environ, **docker.env, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
             "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{extra}", str(book)]
