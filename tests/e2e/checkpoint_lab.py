@@ -96,9 +96,12 @@ def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str 
 
 
 def glmops(*args: str, hub: HubDouble | None = None, token: str | None = TOKEN, runs_dir: Path | None = None,
-           timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run the glmops CLI with HF_ENDPOINT at the double and HF_TOKEN in its environment."""
+           timeout: float = 900, root: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the glmops CLI with HF_ENDPOINT at the double and HF_TOKEN in its environment;
+    ``root``: the CLI, roles and playbooks of another checkout (bench/fanout.py's baseline)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    if root:
+        env["PYTHONPATH"] = str(root)
     if hub:
         env["HF_ENDPOINT"] = hub.url
     if token:
@@ -106,7 +109,7 @@ def glmops(*args: str, hub: HubDouble | None = None, token: str | None = TOKEN, 
     if runs_dir:
         env["GLMOPS_RUNS_DIR"] = str(runs_dir)
     return subprocess.run([sys.executable, "-m", "glmops.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=str(REPO_ROOT))
+                          env=env, timeout=timeout, cwd=str(root or REPO_ROOT))
 
 
 def download_json(inv: Path, *extra: str, **kw) -> tuple[subprocess.CompletedProcess, dict]:

@@ -161,9 +161,14 @@ def test_relay_through_a_tree_while_the_source_still_downloads(lab):
     threads = [threading.Thread(target=go, args=(h,)) for h in ("s", "a")]
     for t in threads:
         t.start()
-    time.sleep(0.5)
-    # the leaf c already holds config.json: sent on by a as soon as a had it
-    assert (lab["local"]("c") / "config.json").read_bytes() == files["config.json"]
+    # the leaf c gets config.json while the rest is still missing on the source: a sent it on
+    # as soon as it had it
+    leaf = lab["local"]("c") / "config.json"
+    end = time.monotonic() + 60
+    while not leaf.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert leaf.read_bytes() == files["config.json"]
+    assert not (lab["local"]("a") / "model-0.safetensors").exists()
     rest = {p: b for p, b in files.items() if p != "config.json"}
     put(src, rest)  # the download finishes
     for t in threads:
@@ -263,3 +268,40 @@ def test_download_writes_the_manifest_before_the_first_blob(tmp_path, monkeypatc
                     manifest_file=str(tmp_path / "m.json"))
     assert COMMIT in seen["manifest"]
     assert stat.S_IMODE(os.stat(tmp_path / "m.json").st_mode) == 0o600
+
+
+# ------------------------------------------------------------------------------ the module's waits
+def ad_hoc(args: dict) -> tuple[dict, str]:
+    """glmops_checkpoint on localhost through the ansible CLI; (result, output)."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_LOCALHOST_WARNING="0")
+    r = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-e",
+                        f"ansible_python_interpreter={sys.executable}", "-m", "glmops_checkpoint", "-a",
+                        json.dumps(args)], capture_output=True, text=True, env=env, cwd=str(root), timeout=120)
+    assert "=>" in r.stdout, r.stdout + r.stderr
+    return json.loads(r.stdout.split("=>", 1)[1]), r.stdout
+
+
+def test_module_manifest_and_wait_actions(tmp_path):
+    job = tmp_path / "job"
+    job.write_text('{"started": 1, "finished": 0, "ansible_job_id": "7"}')
+    mfile = tmp_path / "manifest.json"
+    res, _ = ad_hoc({"action": "manifest", "manifest_file": str(mfile), "async_results_file": str(job), "wait_s": 0.3})
+    assert res["manifest"] is None and not res["finished"]  # the download has not resolved yet
+    mfile.write_text('{"repo": "o/m", "commit": "%s", "files": [{"path": "a", "size": 1, "blob_id": ""}]}' % COMMIT)
+    res, _ = ad_hoc({"action": "manifest", "manifest_file": str(mfile), "async_results_file": str(job)})
+    assert res["finished"] and res["manifest"]["commit"] == COMMIT
+    res, _ = ad_hoc({"action": "wait", "async_results_file": str(job), "wait_s": 0.3})
+    assert not res["finished"] and job.exists()
+    job.write_text('{"changed": true, "sent": {"lab-4": 8}, "batches": 3}')
+    res, _ = ad_hoc({"action": "wait", "async_results_file": str(job)})
+    assert res["finished"] and res["sent"] == {"lab-4": 8} and res["changed"] and not job.exists()
+    job.write_text('{"failed": true, "msg": "[RELAY] relay on lab-2: rsync to lab-4 (10.0.0.4) failed 3 times",'
+                   ' "code": "RELAY", "files": ["a"]}')
+    res, text = ad_hoc({"action": "wait", "async_results_file": str(job)})
+    assert "FAILED!" in text and "relay on lab-2" in res["msg"] and res["files"] == ["a"] and not job.exists()

@@ -21,7 +21,8 @@ description:
   - C(action=space) checks the free space for a I(manifest) in I(local_dir) (F10), before a peer copy.
   - C(action=progress) reads the progress file a running download writes (for the role's poll loop).
   - C(action=wait) waits up to I(wait_s) for the async job of I(async_results_file) to end (reads the
-    file every 0.2 s, so the role's loop sees the end at once instead of at its next poll).
+    file every 0.2 s, so the role's loop sees the end at once instead of at its next poll); then returns
+    the job's own result (failing with its message when it failed) and removes the results file.
   - C(action=manifest) reads the manifest a running download wrote to I(manifest_file), waiting up to
     I(wait_s) for it (None until then; finished when it is there or the job ended).
   - C(action=relay) pushes every file of I(manifest) to each of I(children) as soon as it is complete in
@@ -297,10 +298,7 @@ def main():
             # glmops.runner.event_of: glmops download prints these polls itself
             module.exit_json(changed=False, glmops_event="download_progress", **data)
         if action == "wait":
-            end = time.monotonic() + max(p["wait_s"], 0)
-            while not _job_finished(p["async_results_file"]) and time.monotonic() < end:
-                time.sleep(0.2)
-            module.exit_json(changed=False, finished=_job_finished(p["async_results_file"]), verified=False)
+            _wait(module, p)
         if action == "manifest":
             end = time.monotonic() + max(p["wait_s"], 0)
             while True:
@@ -370,6 +368,24 @@ def _verify(module, p):
         module.exit_json(changed=changed, verified=True, files=len(records))
     out = ck.verify_copy(p["local_dir"], man, p["state_dir"], p["owner"], p["group"], p["source"],
                          remove_refused=p["remove_refused"])
+    module.exit_json(**out)
+
+
+def _wait(module, p):
+    """action=wait: up to ``wait_s`` for the async job to end; then its own result (failed when
+    it failed, with its message), and its results file removed (async_status cleanup)."""
+    end = time.monotonic() + max(p["wait_s"], 0)
+    while (job := ck.async_job(p["async_results_file"])) is None and time.monotonic() < end:
+        time.sleep(0.2)
+    if job is None:
+        module.exit_json(changed=False, finished=False, verified=False)
+    if not module.check_mode:
+        os.unlink(p["async_results_file"])
+    out = {k: v for k, v in job.items() if k not in ("invocation", "_ansible_no_log", "finished", "changed")}
+    out.update(finished=True, changed=bool(job.get("changed")))
+    if job.get("failed"):
+        out.pop("failed", None)
+        module.fail_json(**{"msg": "the job failed", **out})
     module.exit_json(**out)
 
 
