@@ -206,7 +206,12 @@ def test_dropped_connection_then_rerun_fetches_only_the_unfinished_file(clean, t
     assert any(SHARD2 in f and "lab-1" in f for f in out["failures"]), out["failures"]
     done = ssh(env["lab"], "lab-1", f"ls {LOCAL}").stdout.split()
     assert "model-00001-of-00003.safetensors" in done and SHARD2 not in done
-    assert ssh(env["lab"], "lab-2", f"ls {LOCAL} 2>/dev/null").stdout.strip() == ""  # no copy of a failed download
+    # the relay passed on what lab-1 had completed while it downloaded, never the unfinished file,
+    # and nothing is verified there; lab-2's failure names its parent
+    got = ssh(env["lab"], "lab-2", f"ls {LOCAL} 2>/dev/null").stdout.split()
+    assert SHARD2 not in got and set(got) <= set(done), got
+    assert ssh(env["lab"], "lab-2", "ls /var/lib/glmops/checkpoints 2>/dev/null").stdout.strip() == ""
+    assert any(f.startswith("lab-2") and "lab-1" in f for f in out["failures"]), out["failures"]
     env["hub"].set_faults([])
     env["hub"].reset()
     r2, out2 = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
