@@ -1374,3 +1374,76 @@ def _push_abort(abort_file: str, message: str, children: dict[str, dict[str, str
             p.wait(30)
         with contextlib.suppress(OSError):
             p.kill()
+
+
+# ---------------------------------------------------------------------------------- relay keys
+#: the comment that names a parent's push key in its children's authorized_keys
+KEY_COMMENT = "glmops-checkpoint-fanout@"
+
+
+def relay_keys(key_path: str | None, host: str, host_key_path: str | None) -> dict[str, Any]:
+    """One call per host of the relay tree: create this host's push key when ``key_path`` is
+    given and it is missing (ed25519, no passphrase, comment ``glmops-checkpoint-fanout@<host>``;
+    it feeds children), and read the public key and the SSH host key (``host_key_path``; it
+    receives). Returns ``{changed, pubkey, host_key}``."""
+    out: dict[str, Any] = {"changed": False, "pubkey": None, "host_key": None}
+    if key_path:
+        if not os.path.exists(key_path):
+            os.makedirs(os.path.dirname(key_path), mode=0o700, exist_ok=True)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", KEY_COMMENT + host, "-f", key_path],
+                           check=True, capture_output=True)
+            out["changed"] = True
+        with open(key_path + ".pub", encoding="utf-8") as fh:
+            out["pubkey"] = fh.read().strip()
+    if host_key_path:
+        with open(host_key_path, encoding="utf-8") as fh:
+            out["host_key"] = " ".join(fh.read().split()[:2])
+    return out
+
+
+def _write_if_changed(path: str, text: str, mode: int, uid: int = -1, gid: int = -1) -> bool:
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
+                return False
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    if uid != -1 or gid != -1:
+        os.chown(tmp, uid, gid)
+    os.replace(tmp, path)
+    return True
+
+
+def relay_trust(*, known_hosts: str | None = None, children: list[dict[str, str]] | None = None,
+                authorized_keys: str | None = None, parent: str | None = None, parent_address: str | None = None,
+                parent_pubkey: str | None = None, model_dir: str | None = None, user: str = "root") -> dict[str, Any]:
+    """One call per host of the relay tree. With ``children`` (``[{address, host_key}]``): pin
+    their SSH host keys in ``known_hosts`` (0644). With ``parent``: ``authorized_keys`` (of
+    ``user``, 0600 in a 0700 ``.ssh``) accepts the parent's push key only as
+    ``restrict,from="<parent address>",command="/usr/bin/rrsync -wo <model_dir>"`` and holds no
+    other host's push key. Returns ``{changed}``."""
+    import pwd
+
+    changed = False
+    if children:
+        text = "".join(f"{c['address']} {c['host_key']}\n" for c in children)
+        changed |= _write_if_changed(known_hosts, text, 0o644)
+    if parent:
+        if not (parent_pubkey and parent_address and model_dir and parent_pubkey.endswith(KEY_COMMENT + parent)):
+            raise CheckpointError("INPUT", f"no push key of {parent} for this host (it failed before it could feed it)")
+        pw = pwd.getpwnam(user)
+        ssh_dir = os.path.dirname(authorized_keys)
+        if not os.path.isdir(ssh_dir):
+            os.makedirs(ssh_dir, mode=0o700)
+            os.chown(ssh_dir, pw.pw_uid, pw.pw_gid)
+            changed = True
+        lines: list[str] = []
+        with contextlib.suppress(FileNotFoundError):
+            with open(authorized_keys, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        keep = [ln for ln in lines if not re.search(re.escape(KEY_COMMENT) + r"\S+$", ln)]
+        keep.append(f'restrict,from="{parent_address}",command="/usr/bin/rrsync -wo {model_dir}" {parent_pubkey}')
+        changed |= _write_if_changed(authorized_keys, "\n".join(keep) + "\n", 0o600, pw.pw_uid, pw.pw_gid)
+    return {"changed": changed}

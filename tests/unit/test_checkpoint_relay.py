@@ -305,3 +305,39 @@ def test_module_manifest_and_wait_actions(tmp_path):
                    ' "code": "RELAY", "files": ["a"]}')
     res, text = ad_hoc({"action": "wait", "async_results_file": str(job)})
     assert "FAILED!" in text and "relay on lab-2" in res["msg"] and res["files"] == ["a"] and not job.exists()
+
+
+# ------------------------------------------------------------------------------ keys and trust
+def test_keys_made_once_and_trust_accepts_only_the_parent(tmp_path):
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    key = tmp_path / "state" / "fanout_ed25519"
+    hostkey = tmp_path / "ssh_host_ed25519_key.pub"
+    hostkey.write_text("ssh-ed25519 AAAAhost root@h\n")
+    first = ck.relay_keys(str(key), "lab-2", str(hostkey))
+    assert first["changed"] and first["pubkey"].endswith("glmops-checkpoint-fanout@lab-2")
+    assert first["host_key"] == "ssh-ed25519 AAAAhost"
+    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    again = ck.relay_keys(str(key), "lab-2", None)
+    assert not again["changed"] and again["pubkey"] == first["pubkey"] and again["host_key"] is None
+
+    auth = tmp_path / "home" / ".ssh" / "authorized_keys"
+    auth.parent.mkdir(parents=True)
+    auth.write_text("ssh-ed25519 AAAAop operator@laptop\n"
+                    'restrict,from="10.0.0.1",command="/usr/bin/rrsync -wo /models" ssh-ed25519 AAAAold '
+                    "glmops-checkpoint-fanout@lab-1\n")
+    kh = tmp_path / "known_hosts"
+    args = dict(known_hosts=str(kh), children=[{"address": "10.0.0.4", "host_key": "ssh-ed25519 AAAA4"}],
+                authorized_keys=str(auth), parent="lab-2", parent_address="10.0.0.2",
+                parent_pubkey=first["pubkey"], model_dir="/models", user=me)
+    assert ck.relay_trust(**args)["changed"]
+    lines = auth.read_text().splitlines()
+    assert lines == ["ssh-ed25519 AAAAop operator@laptop",  # other keys stay; lab-1's push key is gone
+                     f'restrict,from="10.0.0.2",command="/usr/bin/rrsync -wo /models" {first["pubkey"]}']
+    assert stat.S_IMODE(os.stat(auth).st_mode) == 0o600
+    assert kh.read_text() == "10.0.0.4 ssh-ed25519 AAAA4\n"
+    assert not ck.relay_trust(**args)["changed"]  # a second run changes nothing
+    with pytest.raises(ck.CheckpointError) as err:  # the parent failed before it made its key
+        ck.relay_trust(**dict(args, parent_pubkey=""))
+    assert "no push key of lab-2" in err.value.message

@@ -20,6 +20,10 @@ description:
   - C(action=verify) checks a copy received from a peer against a I(manifest) and writes the marker.
   - C(action=space) checks the free space for a I(manifest) in I(local_dir) (F10), before a peer copy.
   - C(action=progress) reads the progress file a running download writes (for the role's poll loop).
+  - C(action=keys) creates this host's push key (I(fanout_key), when it feeds children) and returns it and the
+    SSH host key (I(host_key_file), when it receives), in one call.
+  - C(action=trust) pins the children's host keys in I(known_hosts) and makes the receiving user's
+    authorized_keys accept only the parent's push key, from its address, for C(rrsync -wo <model_dir>).
   - C(action=wait) waits up to I(wait_s) for the async job of I(async_results_file) to end (reads the
     file every 0.2 s, so the role's loop sees the end at once instead of at its next poll); then returns
     the job's own result (failing with its message when it failed) and removes the results file.
@@ -34,7 +38,7 @@ options:
   action:
     description: What to do.
     type: str
-    choices: [download, status, resolve, verify, progress, space, manifest, relay, wait]
+    choices: [download, status, resolve, verify, progress, space, manifest, relay, wait, keys, trust]
     default: download
   repo:
     description: Hugging Face repo id (owner/name).
@@ -151,6 +155,18 @@ options:
     description: For C(action=relay), the longest the relay runs.
     type: float
     default: 172800
+  host_key_file:
+    description: For C(action=keys), the SSH host public key to return (empty returns none).
+    type: path
+  parent_address:
+    description: For C(action=trust), the parent's address (the only one its key is accepted from).
+    type: str
+  parent_pubkey:
+    description: For C(action=trust), the parent's push key (public).
+    type: str
+  authorized_keys:
+    description: For C(action=trust), the receiving user's authorized_keys file.
+    type: path
   remove_refused:
     description: For C(action=verify), delete the files that fail, so the next run copies them again.
     type: bool
@@ -216,7 +232,8 @@ from ansible.module_utils import glmops_checkpoint as ck
 #: the module's options (DOCUMENTATION says what each means)
 _ARGUMENT_SPEC = dict(
     action=dict(type="str", default="download",
-                choices=["download", "status", "resolve", "verify", "progress", "space", "manifest", "relay", "wait"]),
+                choices=["download", "status", "resolve", "verify", "progress", "space", "manifest", "relay", "wait",
+                         "keys", "trust"]),
     repo=dict(type="str"),
     revision=dict(type="str"),
     local_dir=dict(type="path"),
@@ -252,6 +269,10 @@ _ARGUMENT_SPEC = dict(
     relay_idle_s=dict(type="float", default=ck.DEFAULT_RELAY_IDLE_S),
     wait_s=dict(type="float", default=60.0),
     remove_refused=dict(type="bool", default=False),
+    host_key_file=dict(type="path"),
+    parent_address=dict(type="str"),
+    parent_pubkey=dict(type="str"),
+    authorized_keys=dict(type="path", no_log=False),
     stall_timeout_s=dict(type="float", default=ck.DEFAULT_STALL_TIMEOUT_S),
     stall_fallback_after=dict(type="int", default=ck.DEFAULT_STALL_FALLBACK_AFTER),
     stall_max=dict(type="int", default=ck.DEFAULT_STALL_MAX),
@@ -299,6 +320,17 @@ def main():
             module.exit_json(changed=False, glmops_event="download_progress", **data)
         if action == "wait":
             _wait(module, p)
+        if action == "keys":
+            if module.check_mode:
+                module.exit_json(changed=bool(p["fanout_key"]) and not os.path.exists(p["fanout_key"]), verified=False)
+            module.exit_json(verified=False, **ck.relay_keys(p["fanout_key"], p["host"], p["host_key_file"]))
+        if action == "trust":
+            if module.check_mode:
+                module.exit_json(changed=False, verified=False)
+            module.exit_json(verified=False, **ck.relay_trust(
+                known_hosts=p["known_hosts"], children=p["children"], authorized_keys=p["authorized_keys"],
+                parent=p["parent"] or None, parent_address=p["parent_address"], parent_pubkey=p["parent_pubkey"],
+                model_dir=p["model_dir"], user=p["ssh_user"]))
         if action == "manifest":
             end = time.monotonic() + max(p["wait_s"], 0)
             while True:
