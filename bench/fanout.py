@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checkpoint distribution benchmark: hub bytes and wall time of ``per_node`` vs ``fanout``
-for 1, 2 and 4 lab hosts (issue 6).
+for 1, 2, 4 and 8 lab hosts (issues 6 and 19).
 
 What runs: the real ``glmops download`` (playbooks/download.yml, roles/checkpoint, the real
 huggingface-hub client in the hub venv on every lab host) against the hub double on the
@@ -14,17 +14,30 @@ hosts talk to each other over the lab bridge. On this machine all lab hosts shar
 2 CPU cores, so the peer copy (ssh + rsync + a sha256 pass on every target) competes for CPU
 with everything else: read the fanout times as an upper bound.
 
-Targets: hub bytes = 1.0x the checkpoint for every N in fanout; fanout wall time at N=4 <=
-1.3x a single-host download. Needs root + systemd-nspawn. Usage::
+fanout is the relay tree (issue 19): every host with children passes each file on as soon as
+it holds it, from the start of the download; ``--relay-fanout`` sets the children per host
+(1 chain, 2 binary tree, 0 star). Phases printed: hub (download start -> result collected),
+relay (first relay start -> last copy verified) and tail (download result -> last copy
+verified: what the peers add after the hub is done).
 
-    python bench/fanout.py [--hosts 1,2,4] [--shards 6] [--shard-mib 48] [--hub-mibps 8] [--keep-lab]
+Targets: hub bytes = 1.0x the checkpoint for every N in fanout; fanout wall time at N=4 and
+N=8 <= 1.3x a single-host download. Needs root + systemd-nspawn. Usage::
 
-Prints one table row per (N, mode) and the two target ratios.
+    python bench/fanout.py [--hosts 1,2,4,8] [--modes fanout] [--relay-fanout 2] [--shards 6]
+                           [--shard-mib 48] [--hub-mibps 8] [--rounds 1] [--baseline DIR] [--keep-lab]
+
+``--baseline DIR`` (e.g. ``git archive <commit> | tar -x -C DIR``) also runs every fanout row
+with DIR's CLI, roles and playbooks, interleaved with this tree's rows on the same lab, so a
+before/after comparison shares the machine's load; ``--rounds`` repeats everything and the
+table shows medians.
+
+Prints one table row per (N, mode) and the target ratios.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -41,8 +54,9 @@ NAME = "bench-ckpt"
 
 
 def phases(run_dir: Path) -> dict[str, float]:
-    """Seconds of the hub phase (download start -> result collected) and of the peer phase
-    (first rsync start -> last copy verified), from the run's job events."""
+    """Seconds of the hub phase (download start -> result collected), of the relay phase
+    (first relay start -> last copy verified) and of the tail (download result collected ->
+    last copy verified), from the run's job events."""
     spans: dict[str, list[float]] = {}
     for f in (run_dir / "artifacts" / "run" / "job_events").glob("*.json"):
         ev = json.loads(f.read_text())
@@ -53,27 +67,50 @@ def phases(run_dir: Path) -> dict[str, float]:
         start = datetime.fromisoformat(data["start"]).timestamp()
         end = datetime.fromisoformat(data["end"]).timestamp()
         key = {"Start the download": "hub0", "Collect the download result": "hub1",
-               "Copy the checkpoint from the source": "peer0", "Verify the copy against the hub's metadata": "peer1"
-               }.get(task)
+               "Start the relay to this host's children": "relay0",
+               "Copy the checkpoint from the source": "relay0",  # a --baseline before the relay
+               "Verify the copy against the hub's metadata": "relay1"}.get(task)
         if key:
             spans.setdefault(key, []).append(start if key.endswith("0") else end)
     out = {}
     if "hub0" in spans and "hub1" in spans:
         out["hub_s"] = max(spans["hub1"]) - min(spans["hub0"])
-    if "peer0" in spans and "peer1" in spans:
-        out["peer_s"] = max(spans["peer1"]) - min(spans["peer0"])
+    if "relay0" in spans and "relay1" in spans:
+        out["relay_s"] = max(spans["relay1"]) - min(spans["relay0"])
+        if "hub1" in spans:
+            out["tail_s"] = max(spans["relay1"]) - max(spans["hub1"])
+    return out
+
+
+def median_rows(rows: list[dict]) -> list[dict]:
+    """One row per (n, mode): the median of each number over the rounds, in first-seen order."""
+    import statistics
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["n"], r["mode"]), []).append(r)
+    out = []
+    for (n, mode), rs in groups.items():
+        keys = {k for r in rs for k, v in r.items() if isinstance(v, float | int) and k != "n"}
+        out.append({"n": n, "mode": mode, **{k: statistics.median(r.get(k, 0) for r in rs) for k in keys}})
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hosts", default="1,2,4")
+    ap.add_argument("--hosts", default="1,2,4,8")
+    ap.add_argument("--modes", default="per_node,fanout", help="modes for N > 1 (N=1 is always the single download)")
+    ap.add_argument("--relay-fanout", type=int, default=None, help="checkpoint_relay_fanout (default: the role's)")
     ap.add_argument("--shards", type=int, default=6)
     ap.add_argument("--shard-mib", type=int, default=48)
     ap.add_argument("--hub-mibps", type=float, default=8.0, help="per-connection hub throttle, MiB/s")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--baseline", type=Path, default=None, help="another checkout to run fanout with, interleaved")
     ap.add_argument("--keep-lab", action="store_true")
     ns = ap.parse_args()
     counts = [int(x) for x in ns.hosts.split(",")]
+    modes = [m for m in ns.modes.split(",") if m]
+    extra = {} if ns.relay_fanout is None else {"checkpoint_relay_fanout": ns.relay_fanout}
     work = Path(tempfile.mkdtemp(prefix="glmops-bench-fanout-"))
     files = make_checkpoint(work / "repo", shards=ns.shards, shard_bytes=ns.shard_mib * MiB)
     total = sum(files.values())
@@ -83,55 +120,57 @@ def main() -> int:
     hub = start_hub(lab, work / "repo")
     names = [h.name for h in lab.hosts]
     rows = []
-    # warm-up (not measured): install the hub venv on every host, so no run pays for it
-    r, _ = download_json(write_inventory(lab, work / "inv-warm.yml", names, mode="per_node"), hub=hub,
+    # warm-up (not measured): install the hub venv on every host that downloads, so no run pays for it
+    warm = names if "per_node" in modes else names[:1]
+    r, _ = download_json(write_inventory(lab, work / "inv-warm.yml", warm, mode="per_node"), hub=hub,
                          runs_dir=work / "runs" / "warm")
     if r.returncode != 0:
         raise SystemExit(f"warm-up download failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
+    runs_of = [(n, mode, None) for n in counts for mode in (["per_node"] if n == 1 else modes)]
+    if ns.baseline:
+        runs_of = [x for n, mode, _ in runs_of for x in
+                   ([(n, mode, None), (n, mode, ns.baseline)] if mode == "fanout" else [(n, mode, None)])]
     try:
-        for n in counts:
-            for mode in ("per_node", "fanout"):
-                if n == 1 and mode == "fanout":
-                    continue  # one host: fanout is a single download (the plan view says per_node)
+        for rnd in range(ns.rounds):
+            for i, (n, mode, root) in enumerate(runs_of):
+                label = mode + ("@base" if root else "")
                 wipe(lab)
                 hub.reset()
                 hub.set_faults([{"kind": "slow", "bytes_per_s": int(ns.hub_mibps * MiB), "path": "*.safetensors"}])
-                inv = write_inventory(lab, work / f"inv-{n}-{mode}.yml", names[:n], mode=mode)
-                runs = work / "runs" / f"{n}-{mode}"
+                inv = write_inventory(lab, work / f"inv-{n}-{mode}.yml", names[:n], mode=mode, extra_vars=extra)
+                runs = work / "runs" / f"{rnd}-{i}-{n}-{mode}"
                 t0 = time.monotonic()
-                r, out = download_json(inv, hub=hub, runs_dir=runs)
+                r, out = download_json(inv, hub=hub, runs_dir=runs, root=root)
                 wall = time.monotonic() - t0
                 if r.returncode != 0:
                     print(r.stdout[-3000:], r.stderr[-3000:], file=sys.stderr)
-                    raise SystemExit(f"download failed for N={n} {mode}")
+                    raise SystemExit(f"download failed for N={n} {label}")
                 hub_bytes = sum(hub.stats()["bytes_by_client"].values())
                 ph = phases(next(runs.iterdir()))
-                rows.append({"n": n, "mode": mode, "wall_s": wall, "hub_bytes": hub_bytes,
+                rows.append({"n": n, "mode": label, "wall_s": wall, "hub_bytes": hub_bytes,
                              "hub_x": hub_bytes / total, **ph})
-                print(f"  N={n} {mode:<8} wall {wall:6.1f} s  hub {hub_bytes / MiB:8.1f} MiB "
+                print(f"  N={n} {label:<13} wall {wall:6.1f} s  hub {hub_bytes / MiB:8.1f} MiB "
                       f"({hub_bytes / total:.2f}x)  hub phase {ph.get('hub_s', 0):5.1f} s  "
-                      f"peer phase {ph.get('peer_s', 0):5.1f} s", flush=True)
+                      f"relay phase {ph.get('relay_s', 0):5.1f} s  tail {ph.get('tail_s', 0):5.1f} s  "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         hub.stop()
         if not ns.keep_lab:
             core.down(NAME, log=lambda *_: None)
     print()
-    print(f"{'N':>2} {'mode':<9} {'wall s':>7} {'hub MiB':>9} {'hub x':>6} {'hub phase s':>12} {'peer phase s':>13}")
+    rows = median_rows(rows)
+    print(f"{'N':>2} {'mode':<14} {'wall s':>7} {'hub MiB':>9} {'hub x':>6} {'hub phase s':>12} "
+          f"{'relay phase s':>14} {'tail s':>7}  (medians of {ns.rounds} round(s))")
     for r in rows:
-        print(f"{r['n']:>2} {r['mode']:<9} {r['wall_s']:7.1f} {r['hub_bytes'] / MiB:9.1f} {r['hub_x']:6.2f} "
-              f"{r.get('hub_s', 0):12.1f} {r.get('peer_s', 0):13.1f}")
+        print(f"{r['n']:>2} {r['mode']:<14} {r['wall_s']:7.1f} {r['hub_bytes'] / MiB:9.1f} {r['hub_x']:6.2f} "
+              f"{r.get('hub_s', 0):12.1f} {r.get('relay_s', 0):14.1f} {r.get('tail_s', 0):7.1f}")
     single = next((r for r in rows if r["n"] == 1), None)
-    big = max(counts)
-    fan = next((r for r in rows if r["n"] == big and r["mode"] == "fanout"), None)
-    fan_ok = all(abs(r["hub_x"] - 1.0) < 1e-9 for r in rows if r["mode"] == "fanout" or r["n"] == 1)
+    fan_ok = all(abs(r["hub_x"] - 1.0) < 1e-9 for r in rows if r["mode"].startswith("fanout") or r["n"] == 1)
     print(f"\nfanout hub bytes = 1.0x the checkpoint for every N: {'yes' if fan_ok else 'NO'}")
-    if single and fan:
+    for fan in (r for r in rows if r["mode"].startswith("fanout") and single):
         ratio = fan["wall_s"] / single["wall_s"]
-        print(f"fanout wall time at N={big} / single download: {fan['wall_s']:.1f} / {single['wall_s']:.1f} s "
-              f"= {ratio:.2f}x (target <= 1.3x): {'met' if ratio <= 1.3 else 'NOT met'}")
-        if "hub_s" in single and "hub_s" in fan:
-            data = (fan["hub_s"] + fan.get("peer_s", 0)) / single["hub_s"]
-            print(f"data phases only (hub + peer copy) at N={big} / single hub phase: {data:.2f}x")
+        print(f"{fan['mode']} wall time at N={fan['n']} / single download: {fan['wall_s']:.1f} / "
+              f"{single['wall_s']:.1f} s = {ratio:.2f}x (target <= 1.3x): {'met' if ratio <= 1.3 else 'NOT met'}")
     return 0
 
 

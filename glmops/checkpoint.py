@@ -666,10 +666,12 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
              owner: str | None = None, group: str | None = None, offline: bool = True,
              dry_run: bool = False, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
              stall_fallback_after: int = DEFAULT_STALL_FALLBACK_AFTER,
-             stall_max: int = DEFAULT_STALL_MAX) -> dict[str, Any]:
+             stall_max: int = DEFAULT_STALL_MAX, manifest_file: str | None = None) -> dict[str, Any]:
     """Download ``repo`` at ``revision`` into ``local_dir`` (default
     ``<model_dir>/<repo>/<commit>``), verified. See the module docstring for the steps.
-    ``stall_*``: the watchdog of :func:`fetch_files` (F31).
+    ``stall_*``: the watchdog of :func:`fetch_files` (F31). ``manifest_file``: the resolved
+    manifest is written there (0600) before the first blob, so the fanout relay
+    (:func:`relay`) can start forwarding files while the download runs.
 
     Returns ``{changed, commit, local_dir, manifest, fetched (paths requested from the hub),
     complete_before (already complete, not requested), space (SpaceCheck dict), verified, seconds, xet, lock_waited_s,
@@ -686,6 +688,8 @@ def download(repo: str, revision: str | None, local_dir: str | None = None, *, m
     manifest = resolve(repo, revision, endpoint=endpoint, token=token, allow_patterns=allow_patterns)
     local_dir = local_dir or local_dir_for(model_dir or "/", repo, manifest.commit)
     model_dir = model_dir or os.path.dirname(local_dir.rstrip("/"))  # lock next to the snapshot
+    if manifest_file and not dry_run:
+        _atomic_json(manifest_file, manifest.to_dict(), 0o600)
     mpath = marker_path(state_dir, repo, manifest.commit) if state_dir else None
     result: dict[str, Any] = {"changed": False, "commit": manifest.commit, "local_dir": local_dir,
                               "manifest": manifest.to_dict(), "fetched": [], "complete_before": [],
@@ -1045,15 +1049,26 @@ def _glob_escape(path: str) -> str:
 
 # ---------------------------------------------------------------------------------- peer copy
 def verify_copy(local_dir: str, manifest: dict[str, Any] | Manifest, state_dir: str | None,
-                owner: str | None = None, group: str | None = None, source: str = "peer") -> dict[str, Any]:
+                owner: str | None = None, group: str | None = None, source: str = "peer",
+                remove_refused: bool = False) -> dict[str, Any]:
     """Verify a copy received from a peer (fanout) or read from a shared mount against the
     hub manifest the downloading node used; write the marker. Returns ``{changed, verified,
-    files}``; raises ``VERIFY`` naming the files."""
+    files}``; raises ``VERIFY`` naming the files. ``remove_refused``: delete the files that
+    failed, so the next run copies them again (rsync would otherwise keep a file of the right
+    size and mtime)."""
     man = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
     mpath = marker_path(state_dir, man.repo, man.commit) if state_dir else None
     if mpath and marker_valid(read_marker(mpath), local_dir, man):
         return {"changed": False, "verified": True, "files": len(man.files)}
-    records = verify(local_dir, man)
+    try:
+        records = verify(local_dir, man)
+    except CheckpointError as exc:
+        if remove_refused:
+            for rel in exc.files:
+                with contextlib.suppress(OSError):
+                    os.unlink(inside(local_dir, rel))
+            exc.message += f"; removed on this host: {', '.join(exc.files)} (the next run copies them again)"
+        raise
     if owner or group:
         fix_ownership([local_dir], owner, group)
         records = verify(local_dir, man, hashes=False)
@@ -1078,3 +1093,357 @@ def status(local_dir: str, repo: str, commit: str | None, state_dir: str) -> dic
         if marker_valid(marker, local_dir):
             return {"verified": True, "marker": mpath, "manifest": marker["manifest"]}
     return {"verified": False, "marker": None, "manifest": None}
+
+
+# ---------------------------------------------------------------------------------- relay (fanout)
+#: The fanout relay (issue 19): instead of "download everything, then push one copy per target
+#: from the source", the hosts form a tree rooted at the source (:func:`relay_tree`) and every
+#: host with children runs :func:`relay` from the moment the download starts: it pushes each
+#: manifest file it holds completely to each child as soon as it has it. "Complete" is
+#: "present at its final path with the manifest's size": huggingface-hub moves its
+#: ``*.incomplete`` part into place only when the file is complete, and rsync (without
+#: ``--inplace``/``--partial``) renames its temporary file into place only after the transfer,
+#: so on every host a file at its final path is whole. Every host still verifies every file
+#: against the source's manifest at the end (:func:`verify_copy`).
+RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,80}\Z")
+DEFAULT_RELAY_FANOUT = 2
+DEFAULT_RELAY_IDLE_S = 1800.0
+DEFAULT_RELAY_RETRIES = 2
+
+
+def relay_tree(hosts: list[str], fanout: int = DEFAULT_RELAY_FANOUT) -> dict[str, dict[str, Any]]:
+    """The fanout tree over ``hosts`` (the source first, then the hosts that need a copy, in
+    order): breadth-first, each host feeds up to ``fanout`` children (1: a chain, every host
+    sends one copy; 2: a binary tree; 0: a star, the source feeds every host). Returns
+    ``host -> {parent (None for the source), children, depth}``."""
+    if len(set(hosts)) != len(hosts):
+        raise CheckpointError("INPUT", f"relay hosts {hosts} name a host twice")
+    k = max(int(fanout) if int(fanout) > 0 else len(hosts) - 1, 1)
+    out: dict[str, dict[str, Any]] = {h: {"parent": None, "children": [], "depth": 0} for h in hosts}
+    for i, h in enumerate(hosts[1:], start=1):
+        parent = hosts[(i - 1) // k]
+        out[h].update(parent=parent, depth=out[parent]["depth"] + 1)
+        out[parent]["children"].append(h)
+    return out
+
+
+class RelayBook:
+    """What a relay has sent to which child. A manifest file goes to a child once it is
+    complete here and neither sent nor in flight to that child; one batch per child at a time."""
+
+    def __init__(self, paths: list[str], children: list[str]):
+        self.paths = list(paths)
+        self.sent: dict[str, set[str]] = {c: set() for c in children}
+        self.flight: dict[str, list[str]] = {c: [] for c in children}
+
+    def ready(self, child: str, complete: set[str] | frozenset) -> list[str]:
+        """The files to send ``child`` now (manifest order); none while a batch is in flight."""
+        if self.flight[child]:
+            return []
+        return [p for p in self.paths if p in complete and p not in self.sent[child]]
+
+    def start(self, child: str, paths: list[str]) -> None:
+        self.flight[child] = list(paths)
+
+    def finish(self, child: str, ok: bool) -> list[str]:
+        """End ``child``'s batch; ``ok``: its files count as sent. Returns the batch."""
+        batch, self.flight[child] = self.flight[child], []
+        if ok:
+            self.sent[child].update(batch)
+        return batch
+
+    def unsent(self) -> dict[str, list[str]]:
+        """child -> files not sent yet (children that have every file left out)."""
+        out = {c: [p for p in self.paths if p not in s] for c, s in self.sent.items()}
+        return {c: v for c, v in out.items() if v}
+
+    def done(self) -> bool:
+        return not self.unsent() and not any(self.flight.values())
+
+
+def relay_rsh(key: str, known_hosts: str, cipher: str) -> str:
+    """rsync's ``--rsh``: the parent's push key only, the child's pinned host key, no agent."""
+    return (f"ssh -i {key} -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes "
+            f"-o UserKnownHostsFile={known_hosts} -c {cipher} -o Compression=no")
+
+
+def relay_rsync_argv(local_dir: str, list_file: str, rsh: str, dest: str) -> list[str]:
+    """One batch to one child: the files named (NUL-separated) in ``list_file``, whole files,
+    each renamed into place on the child only when complete (no ``--partial``/``--inplace``)."""
+    return ["rsync", "--archive", "--whole-file", "--from0", f"--files-from={list_file}", f"--rsh={rsh}",
+            local_dir.rstrip("/") + "/", dest]
+
+
+def relay_abort_path(model_dir: str, run_id: str) -> str:
+    """``<model_dir>/.glmops-locks/relay-<run_id>.abort``: a failed relay pushes it to its
+    children (it is inside their ``rrsync -wo <model_dir>``), whose relays then stop at once."""
+    if not RUN_ID.match(run_id or ""):
+        raise CheckpointError("INPUT", f"relay run id {run_id!r}; accepted: 1-80 of [A-Za-z0-9_.-]")
+    return os.path.join(model_dir, ".glmops-locks", f"relay-{run_id}.abort")
+
+
+def _tree_bytes(root: str) -> int:
+    total = 0
+    for d, _dirs, names in os.walk(root):
+        for n in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(d, n)).st_size
+    return total
+
+
+def _upstream_failure(host: str, parent: str | None, abort_file: str, progress_file: str | None,
+                      results_file: str | None, all_here: bool) -> str | None:
+    """Why no more files will arrive here, or None: the parent's abort file, or (on the
+    source) the download's progress file saying failed / its async job ended early."""
+    with contextlib.suppress(OSError):
+        with open(abort_file, encoding="utf-8") as fh:
+            return f"{parent or 'the parent'} stopped: {fh.read().strip()[:2000]}"
+    if progress_file:
+        prog = read_progress(progress_file)
+        if prog.get("state") == "failed":
+            return f"the download on {host} failed: {prog.get('error', '')}"
+    if results_file and not all_here:
+        job = async_job(results_file)
+        if job is not None:
+            return f"the download on {host} ended without every file: {job.get('msg') or 'no message'}"
+    return None
+
+
+def async_job(results_file: str | None) -> dict[str, Any] | None:
+    """The final result in an Ansible async job's results file, None while the job runs (or
+    before it wrote the file)."""
+    if not results_file:
+        return None
+    try:
+        with open(results_file, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return None if (data.get("started") and not data.get("finished")) else data
+
+
+class _Batch:
+    """One rsync to one child, running."""
+
+    def __init__(self, argv: list[str], list_file: str):
+        import tempfile
+
+        self.list_file = list_file
+        self.out = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.out, stderr=subprocess.STDOUT,
+                                     preexec_fn=_die_with_parent_fn())
+
+    def close(self) -> str:
+        self.out.seek(0)
+        text = self.out.read().decode("utf-8", "replace").strip()
+        self.out.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.list_file)
+        return text.splitlines()[-1] if text else ""
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+        self.close()
+
+
+def relay(local_dir: str, manifest: dict[str, Any] | Manifest, children: list[dict[str, str]], *, host: str,
+          rsh: str, rel_dir: str, model_dir: str, run_id: str, ssh_user: str = "root", parent: str | None = None,
+          timeout_s: float = 172800.0, idle_s: float = DEFAULT_RELAY_IDLE_S, poll_s: float = 0.5,
+          progress_file: str | None = None, async_results_file: str | None = None,
+          retries: int = DEFAULT_RELAY_RETRIES) -> dict[str, Any]:
+    """Push every manifest file to every child (``[{name, address}]``) as soon as it is
+    complete here, one rsync per child at a time, children in parallel, until every child has
+    every file (see the section comment above). ``rel_dir``: ``local_dir`` relative to
+    ``model_dir`` (the children's ``rrsync -wo <model_dir>`` root).
+
+    Stops with ``RELAY`` naming this host, the child and the files when: a child's rsync fails
+    ``retries`` + 1 times in a row; upstream failed (the parent's abort file; on the source,
+    ``progress_file``/``async_results_file`` of the download); no byte moved under
+    ``local_dir`` for ``idle_s`` while files are missing here; or ``timeout_s`` passed. Before
+    raising it pushes the abort file to its children, so the whole subtree stops at once.
+    Returns ``{changed, sent: {child: files}, batches, seconds}``."""
+    import tempfile
+
+    man = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
+    by_name = {c["name"]: c for c in children}
+    sizes = {f.path: f.size for f in man.files}
+    for p in sizes:
+        inside(local_dir, p)
+    abort_file = relay_abort_path(model_dir, run_id)
+    book = RelayBook([f.path for f in man.files], list(by_name))
+    running: dict[str, _Batch] = {}
+    failures: dict[str, int] = {c: 0 for c in by_name}
+    batches = 0
+    t0 = last_move = last_probe = time.monotonic()
+    bytes_seen = -1
+    try:
+        while True:
+            complete = set(complete_files(local_dir, man))
+            for child, b in list(running.items()):
+                rc = b.proc.poll()
+                if rc is None:
+                    continue
+                del running[child]
+                err = b.close()
+                batch = book.finish(child, rc == 0)
+                if rc == 0:
+                    failures[child] = 0
+                    continue
+                failures[child] += 1
+                if failures[child] > retries:
+                    c = by_name[child]
+                    raise CheckpointError(
+                        "RELAY", f"relay on {host}: rsync to {child} ({c['address']}) failed {failures[child]} "
+                        f"times (exit {rc}: {err}) sending {', '.join(batch[:5])}"
+                        f"{' ...' if len(batch) > 5 else ''}", files=batch, details={"host": host, "child": child})
+            if book.done():
+                break
+            why = _upstream_failure(host, parent, abort_file, progress_file, async_results_file,
+                                    len(complete) == len(sizes))
+            now = time.monotonic()
+            if why:  # the download may have completed the last files since the scan above
+                complete = set(complete_files(local_dir, man))
+            if why and len(complete) < len(sizes):
+                raise CheckpointError("RELAY", f"relay on {host}: {why}", files=sorted(set(sizes) - complete),
+                                      details={"host": host})
+            if now - last_probe >= 5 or bytes_seen < 0:
+                last_probe = now
+                seen = _tree_bytes(local_dir)
+                if seen != bytes_seen:
+                    bytes_seen, last_move = seen, now
+            if len(complete) < len(sizes) and idle_s and now - last_move > idle_s:
+                raise _relay_stuck(host, parent, book, complete, f"no byte arrived for {idle_s:g} s")
+            if now - t0 > timeout_s:
+                raise _relay_stuck(host, parent, book, complete, f"not done after {timeout_s:g} s")
+            for child, c in by_name.items():
+                if child in running:
+                    continue
+                todo = book.ready(child, complete)
+                if not todo:
+                    continue
+                fd, list_file = tempfile.mkstemp(prefix="glmops-relay-")
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(b"\0".join(p.encode() for p in todo))
+                book.start(child, todo)
+                running[child] = _Batch(relay_rsync_argv(local_dir, list_file, rsh,
+                                                         f"{ssh_user}@{c['address']}:{rel_dir}/"), list_file)
+                batches += 1
+            time.sleep(poll_s)
+    except CheckpointError as exc:
+        for b in running.values():
+            b.kill()
+        running.clear()
+        _push_abort(abort_file, exc.message, by_name, rsh, ssh_user)
+        raise
+    finally:
+        for b in running.values():
+            b.kill()
+    with contextlib.suppress(OSError):
+        os.unlink(abort_file)
+    return {"changed": bool(by_name), "sent": {c: len(s) for c, s in book.sent.items()}, "batches": batches,
+            "seconds": round(time.monotonic() - t0, 3), "verified": False}
+
+
+def _relay_stuck(host: str, parent: str | None, book: RelayBook, complete: set[str], why: str) -> CheckpointError:
+    unsent = book.unsent()
+    missing = sorted({p for files in unsent.values() for p in files} - complete)
+    parts = [f"{c}: {len(v)} file(s) not sent ({', '.join(v[:3])}{' ...' if len(v) > 3 else ''})"
+             for c, v in unsent.items()]
+    if missing:
+        parts.append(f"not complete here, waited for from {parent or 'the hub download'}: {', '.join(missing[:5])}")
+    return CheckpointError("RELAY", f"relay on {host}: {why}; " + "; ".join(parts),
+                           files=sorted({p for v in unsent.values() for p in v}), details={"host": host})
+
+
+def _push_abort(abort_file: str, message: str, children: dict[str, dict[str, str]], rsh: str, ssh_user: str) -> None:
+    """Best effort: write ``message`` to the abort file and push it to every child."""
+    if not children:
+        return
+    with contextlib.suppress(OSError):
+        if not os.path.exists(abort_file):
+            os.makedirs(os.path.dirname(abort_file), exist_ok=True)
+            with open(abort_file, "w", encoding="utf-8") as fh:
+                fh.write(message + "\n")
+    procs = [subprocess.Popen(["rsync", f"--rsh={rsh}", abort_file, f"{ssh_user}@{c['address']}:.glmops-locks/"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for c in children.values()]
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            p.wait(30)
+        with contextlib.suppress(OSError):
+            p.kill()
+
+
+# ---------------------------------------------------------------------------------- relay keys
+#: the comment that names a parent's push key in its children's authorized_keys
+KEY_COMMENT = "glmops-checkpoint-fanout@"
+
+
+def relay_keys(key_path: str | None, host: str, host_key_path: str | None) -> dict[str, Any]:
+    """One call per host of the relay tree: create this host's push key when ``key_path`` is
+    given and it is missing (ed25519, no passphrase, comment ``glmops-checkpoint-fanout@<host>``;
+    it feeds children), and read the public key and the SSH host key (``host_key_path``; it
+    receives). Returns ``{changed, pubkey, host_key}``."""
+    out: dict[str, Any] = {"changed": False, "pubkey": None, "host_key": None}
+    if key_path:
+        if not os.path.exists(key_path):
+            os.makedirs(os.path.dirname(key_path), mode=0o700, exist_ok=True)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", KEY_COMMENT + host, "-f", key_path],
+                           check=True, capture_output=True)
+            out["changed"] = True
+        with open(key_path + ".pub", encoding="utf-8") as fh:
+            out["pubkey"] = fh.read().strip()
+    if host_key_path:
+        with open(host_key_path, encoding="utf-8") as fh:
+            out["host_key"] = " ".join(fh.read().split()[:2])
+    return out
+
+
+def _write_if_changed(path: str, text: str, mode: int, uid: int = -1, gid: int = -1) -> bool:
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
+                return False
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    if uid != -1 or gid != -1:
+        os.chown(tmp, uid, gid)
+    os.replace(tmp, path)
+    return True
+
+
+def relay_trust(*, known_hosts: str | None = None, children: list[dict[str, str]] | None = None,
+                authorized_keys: str | None = None, parent: str | None = None, parent_address: str | None = None,
+                parent_pubkey: str | None = None, model_dir: str | None = None, user: str = "root") -> dict[str, Any]:
+    """One call per host of the relay tree. With ``children`` (``[{address, host_key}]``): pin
+    their SSH host keys in ``known_hosts`` (0644). With ``parent``: ``authorized_keys`` (of
+    ``user``, 0600 in a 0700 ``.ssh``) accepts the parent's push key only as
+    ``restrict,from="<parent address>",command="/usr/bin/rrsync -wo <model_dir>"`` and holds no
+    other host's push key. Returns ``{changed}``."""
+    import pwd
+
+    changed = False
+    if children:
+        text = "".join(f"{c['address']} {c['host_key']}\n" for c in children)
+        changed |= _write_if_changed(known_hosts, text, 0o644)
+    if parent:
+        if not (parent_pubkey and parent_address and model_dir and parent_pubkey.endswith(KEY_COMMENT + parent)):
+            raise CheckpointError("INPUT", f"no push key of {parent} for this host (it failed before it could feed it)")
+        pw = pwd.getpwnam(user)
+        ssh_dir = os.path.dirname(authorized_keys)
+        if not os.path.isdir(ssh_dir):
+            os.makedirs(ssh_dir, mode=0o700)
+            os.chown(ssh_dir, pw.pw_uid, pw.pw_gid)
+            changed = True
+        lines: list[str] = []
+        with contextlib.suppress(FileNotFoundError):
+            with open(authorized_keys, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        keep = [ln for ln in lines if not re.search(re.escape(KEY_COMMENT) + r"\S+$", ln)]
+        keep.append(f'restrict,from="{parent_address}",command="/usr/bin/rrsync -wo {model_dir}" {parent_pubkey}')
+        changed |= _write_if_changed(authorized_keys, "\n".join(keep) + "\n", 0o600, pw.pw_uid, pw.pw_gid)
+    return {"changed": changed}

@@ -66,9 +66,10 @@ def start_hub(lab: spec.LabState, repo_dir: Path, token: str | None = TOKEN) -> 
 
 def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str = "fanout",
                     revision: str = CK_COMMIT, model_dir: str = "/models", offline: bool = True,
-                    speculative: dict | None = None) -> Path:
+                    speculative: dict | None = None, extra_vars: dict | None = None) -> Path:
     """A vLLM-CPU agg deployment with one replica per host in ``hosts`` (each needs the checkpoint);
-    ``speculative`` sets ``glmops_speculative`` (a drafter: its own checkpoint too)."""
+    ``speculative`` sets ``glmops_speculative`` (a drafter: its own checkpoint too); ``extra_vars``
+    go to ``all.vars`` (e.g. ``checkpoint_relay_fanout``)."""
     by_name = {h.name: h for h in lab.hosts}
     inv = {"all": {
         "vars": {
@@ -82,6 +83,7 @@ def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str 
             "glmops_checkpoint": {"repo": CK_REPO, "revision": revision, "model_dir": model_dir,
                                   "mode": mode, "offline": offline},
             **({"glmops_speculative": speculative} if speculative else {}),
+            **(extra_vars or {}),
             "glmops_topologies": {"agg": {"pools": {"agg": {"replicas": len(hosts), "hosts": list(hosts),
                                                             "port": 8001}},
                                           "router": {"host": hosts[0], "port": 8000}}},
@@ -94,9 +96,12 @@ def write_inventory(lab: spec.LabState, path: Path, hosts: list[str], mode: str 
 
 
 def glmops(*args: str, hub: HubDouble | None = None, token: str | None = TOKEN, runs_dir: Path | None = None,
-           timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run the glmops CLI with HF_ENDPOINT at the double and HF_TOKEN in its environment."""
+           timeout: float = 900, root: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the glmops CLI with HF_ENDPOINT at the double and HF_TOKEN in its environment;
+    ``root``: the CLI, roles and playbooks of another checkout (bench/fanout.py's baseline)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    if root:
+        env["PYTHONPATH"] = str(root)
     if hub:
         env["HF_ENDPOINT"] = hub.url
     if token:
@@ -104,7 +109,7 @@ def glmops(*args: str, hub: HubDouble | None = None, token: str | None = TOKEN, 
     if runs_dir:
         env["GLMOPS_RUNS_DIR"] = str(runs_dir)
     return subprocess.run([sys.executable, "-m", "glmops.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=str(REPO_ROOT))
+                          env=env, timeout=timeout, cwd=str(root or REPO_ROOT))
 
 
 def download_json(inv: Path, *extra: str, **kw) -> tuple[subprocess.CompletedProcess, dict]:

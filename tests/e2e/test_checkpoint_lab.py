@@ -1,6 +1,7 @@
 """Issue 6 acceptance on the lab: `glmops download` (playbooks/download.yml, roles/checkpoint)
 against the hub double on the lab's bridge gateway, with the REAL huggingface-hub client in
-the hub venv on the lab hosts. Three hosts booted once for the module, plus a shared rw bind
+the hub venv on the lab hosts. Four hosts booted once for the module (most tests use three; the
+relay tree tests all four), plus a shared rw bind
 (the same controller directory on every host) standing in for an NFS mount.
 
 Needs root and systemd-nspawn (marked ``lab``).
@@ -30,6 +31,7 @@ pytestmark = [
 
 NAME = "pytest-ckpt"
 HOSTS = ["lab-1", "lab-2", "lab-3"]
+TREE_HOSTS = HOSTS + ["lab-4"]  # binary relay tree: lab-1 feeds lab-2 and lab-3, lab-2 feeds lab-4
 LOCAL = f"/models/{CK_REPO}/{CK_COMMIT}"
 SHARED_MNT = "/srv/glmops-shared"
 SHARD2 = "model-00002-of-00003.safetensors"
@@ -48,7 +50,7 @@ def env(tmp_path_factory):
     drafter_files = make_checkpoint(drafter, shards=1, shard_bytes=2 * 1024 * 1024, seed=2)
     shared = base / "shared"
     shared.mkdir()
-    lab = lab_up(NAME, 3, [spec.Bind(str(shared), SHARED_MNT, read_only=False)])
+    lab = lab_up(NAME, 4, [spec.Bind(str(shared), SHARED_MNT, read_only=False)])
     hub = start_hub(lab, repo)
     hub.add_repo(DRAFT_REPO, str(drafter), commit=DRAFT_COMMIT)
     try:
@@ -107,6 +109,64 @@ def test_fanout_three_hosts_pulls_one_copy_and_all_verify(clean, tmp_path):
     assert {h["source"] for h in out2["hosts"]} == {"already verified"}
 
 
+def test_relay_tree_of_three_targets_gets_every_file_with_one_hub_copy(clean, tmp_path):
+    """Issue 19 item 3: the hosts form a tree rooted at the source; lab-2 passes on what it gets
+    from lab-1 to lab-4 while the download still runs. One copy from the hub; each child
+    accepts only its parent's key, from its parent's address, write-only into the model dir."""
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", TREE_HOSTS, mode="fanout")
+    # a throttled hub, so the download lasts long enough for the relays to overlap with it
+    env["hub"].set_faults([{"kind": "slow", "bytes_per_s": 4 * 1024 * 1024, "path": "*.safetensors"}])
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert env["hub"].stats()["bytes_by_client"] == {addr(env, "lab-1"): env["total"]}
+    sources = {h["host"]: h["source"] for h in out["hosts"]}
+    assert sources == {"lab-1": "hub", "lab-2": "peer lab-1", "lab-3": "peer lab-1", "lab-4": "peer lab-2"}
+    want = want_digests(env)
+    for host in TREE_HOSTS:
+        assert digests(env["lab"], host, LOCAL) == want, host
+    keys = ssh(env["lab"], "lab-4", "grep glmops-checkpoint-fanout /root/.ssh/authorized_keys").stdout.splitlines()
+    assert len(keys) == 1 and keys[0].endswith("glmops-checkpoint-fanout@lab-2"), keys
+    assert keys[0].startswith(f'restrict,from="{addr(env, "lab-2")}",command="/usr/bin/rrsync -wo /models" ')
+    # the key lab-2 pushes with opens no shell on lab-4
+    shell = ssh(env["lab"], "lab-2", f"ssh -i /var/lib/glmops/checkpoint/fanout_ed25519 -o BatchMode=yes "
+                                     f"-o IdentitiesOnly=yes -o UserKnownHostsFile=/var/lib/glmops/checkpoint/fanout_known_hosts "
+                                     f"root@{addr(env, 'lab-4')} id")
+    assert shell.returncode != 0 and "uid=" not in shell.stdout
+    env["hub"].reset()
+    r2, out2 = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r2.returncode == 0 and out2["changed"] == 0, r2.stdout + r2.stderr
+    assert env["hub"].stats()["bytes_by_client"] == {}
+
+
+def test_corrupted_file_on_an_interior_host_is_refused_and_named(clean, tmp_path):
+    """lab-2 (interior: it feeds lab-4) holds a corrupted shard of the right size before the run.
+    Its relay passes it on to lab-4 at once (complete by size); lab-4 refuses it against the
+    source's manifest, naming itself, the file and the sha256, and removes it; the hub still
+    served one copy. The next run heals lab-4 without the hub."""
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", TREE_HOSTS, mode="fanout")
+    size = env["files"][SHARD2]
+    seeded = ssh(env["lab"], "lab-2", f"mkdir -p {LOCAL} && head -c {size} /dev/zero > {LOCAL}/{SHARD2}")
+    assert seeded.returncode == 0, seeded.stderr
+    # lab-1 gets the real shard only seconds later: lab-2's bad copy leaves first
+    env["hub"].set_faults([{"kind": "slow", "bytes_per_s": 2 * 1024 * 1024, "path": "*.safetensors"}])
+    r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert env["hub"].stats()["bytes_by_client"] == {addr(env, "lab-1"): env["total"]}
+    msgs = [f for f in out["failures"] if "lab-4" in f]
+    assert msgs and SHARD2 in msgs[0] and "sha256" in msgs[0] and "VERIFY" in msgs[0], out["failures"]
+    assert not [f for f in out["failures"] if "lab-4" not in f], out["failures"]
+    assert ssh(env["lab"], "lab-4", f"test -e {LOCAL}/{SHARD2}").returncode != 0  # removed
+    env["hub"].set_faults([])
+    env["hub"].reset()
+    r2, out2 = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert env["hub"].stats()["bytes_by_client"] == {}
+    assert {h["host"]: h["source"] for h in out2["hosts"]}["lab-4"] == "peer lab-1"
+    assert digests(env["lab"], "lab-4", LOCAL) == want_digests(env)
+
+
 def test_check_mode_reads_metadata_and_writes_nothing(clean, tmp_path):
     env = clean
     inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")
@@ -146,7 +206,12 @@ def test_dropped_connection_then_rerun_fetches_only_the_unfinished_file(clean, t
     assert any(SHARD2 in f and "lab-1" in f for f in out["failures"]), out["failures"]
     done = ssh(env["lab"], "lab-1", f"ls {LOCAL}").stdout.split()
     assert "model-00001-of-00003.safetensors" in done and SHARD2 not in done
-    assert ssh(env["lab"], "lab-2", f"ls {LOCAL} 2>/dev/null").stdout.strip() == ""  # no copy of a failed download
+    # the relay passed on what lab-1 had completed while it downloaded, never the unfinished file,
+    # and nothing is verified there; lab-2's failure names its parent
+    got = ssh(env["lab"], "lab-2", f"ls {LOCAL} 2>/dev/null").stdout.split()
+    assert SHARD2 not in got and set(got) <= set(done), got
+    assert ssh(env["lab"], "lab-2", "ls /var/lib/glmops/checkpoints 2>/dev/null").stdout.strip() == ""
+    assert any(f.startswith("lab-2") and "lab-1" in f for f in out["failures"]), out["failures"]
     env["hub"].set_faults([])
     env["hub"].reset()
     r2, out2 = download_json(inv, hub=env["hub"], runs_dir=env["runs"])

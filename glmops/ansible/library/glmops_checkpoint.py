@@ -20,6 +20,17 @@ description:
   - C(action=verify) checks a copy received from a peer against a I(manifest) and writes the marker.
   - C(action=space) checks the free space for a I(manifest) in I(local_dir) (F10), before a peer copy.
   - C(action=progress) reads the progress file a running download writes (for the role's poll loop).
+  - C(action=keys) creates this host's push key (I(fanout_key), when it feeds children) and returns it and the
+    SSH host key (I(host_key_file), when it receives), in one call.
+  - C(action=trust) pins the children's host keys in I(known_hosts) and makes the receiving user's
+    authorized_keys accept only the parent's push key, from its address, for C(rrsync -wo <model_dir>).
+  - C(action=wait) waits up to I(wait_s) for the async job of I(async_results_file) to end (reads the
+    file every 0.2 s, so the role's loop sees the end at once instead of at its next poll); then returns
+    the job's own result (failing with its message when it failed) and removes the results file.
+  - C(action=manifest) reads the manifest a running download wrote to I(manifest_file), waiting up to
+    I(wait_s) for it (None until then; finished when it is there or the job ended).
+  - C(action=relay) pushes every file of I(manifest) to each of I(children) as soon as it is complete in
+    I(local_dir) (fanout tree, issue 19), with the parent's push key; fails naming the host, child and files.
   - The HF token is read from I(token_file) (mode 0600) and never returned.
 version_added: "0.1.0"
 author: glmops
@@ -27,7 +38,7 @@ options:
   action:
     description: What to do.
     type: str
-    choices: [download, status, resolve, verify, progress, space]
+    choices: [download, status, resolve, verify, progress, space, manifest, relay, wait, keys, trust]
     default: download
   repo:
     description: Hugging Face repo id (owner/name).
@@ -104,6 +115,70 @@ options:
     description: For C(action=verify), where the copy came from (recorded in the marker).
     type: str
     default: peer
+  manifest_file:
+    description: For C(action=download), write the resolved manifest here before the first blob; read by C(action=manifest).
+    type: path
+  children:
+    description: For C(action=relay), the hosts this one feeds, each C({name, address}).
+    type: list
+    elements: dict
+    default: []
+  parent:
+    description: For C(action=relay), the host feeding this one (empty on the source; named in errors).
+    type: str
+    default: ""
+  host:
+    description: For C(action=relay), this host's name (named in errors).
+    type: str
+    default: ""
+  rel_dir:
+    description: For C(action=relay), I(local_dir) relative to I(model_dir) (the children's rrsync root).
+    type: str
+  run_id:
+    description: For C(action=relay), this run's id (names the abort file a failed relay pushes to its children).
+    type: str
+  fanout_key:
+    description: For C(action=relay), the private key pushing to the children.
+    type: path
+  known_hosts:
+    description: For C(action=relay), the file pinning the children's host keys.
+    type: path
+  cipher:
+    description: For C(action=relay), the SSH cipher.
+    type: str
+    default: aes128-gcm@openssh.com
+  ssh_user:
+    description: For C(action=relay), the user the children accept the key for.
+    type: str
+    default: root
+  relay_timeout_s:
+    description: For C(action=relay), the longest the relay runs.
+    type: float
+    default: 172800
+  host_key_file:
+    description: For C(action=keys), the SSH host public key to return (empty returns none).
+    type: path
+  parent_address:
+    description: For C(action=trust), the parent's address (the only one its key is accepted from).
+    type: str
+  parent_pubkey:
+    description: For C(action=trust), the parent's push key (public).
+    type: str
+  authorized_keys:
+    description: For C(action=trust), the receiving user's authorized_keys file.
+    type: path
+  remove_refused:
+    description: For C(action=verify), delete the files that fail, so the next run copies them again.
+    type: bool
+    default: false
+  wait_s:
+    description: For C(action=wait) and C(action=manifest), the longest one call waits.
+    type: float
+    default: 60
+  relay_idle_s:
+    description: For C(action=relay), fail when files are missing here and no byte arrived for this long.
+    type: float
+    default: 1800
   stall_timeout_s:
     description: >-
       F31 watchdog: a file whose bytes on disk do not move for this many seconds is stalled; its transfer is
@@ -140,14 +215,15 @@ fetched: {description: files requested from the hub in this run, type: list, ret
 complete_before: {description: files already complete (not requested again), type: list, returned: download}
 verified: {description: the local copy matches the manifest, type: bool, returned: always}
 stalls: {description: "files that stalled and were fetched again (path, bytes, percent, seconds, attempt, transfer)", type: list, returned: download}
-code: {description: error code on failure (F10_DISK, VERIFY, HUB, REVISION, LOCK, INPUT, STALL), type: str, returned: failure}
+sent: {description: "files sent to each child (child: count)", type: dict, returned: relay}
+code: {description: error code on failure (F10_DISK, VERIFY, HUB, REVISION, LOCK, INPUT, STALL, RELAY), type: str, returned: failure}
 files: {description: files a failure concerns, type: list, returned: failure}
 needed: {description: bytes needed (F10), type: int, returned: F10 failure}
 available: {description: bytes available (F10), type: int, returned: F10 failure}
 """
 
-import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import glmops_checkpoint as ck
@@ -155,7 +231,9 @@ from ansible.module_utils import glmops_checkpoint as ck
 
 #: the module's options (DOCUMENTATION says what each means)
 _ARGUMENT_SPEC = dict(
-    action=dict(type="str", default="download", choices=["download", "status", "resolve", "verify", "progress", "space"]),
+    action=dict(type="str", default="download",
+                choices=["download", "status", "resolve", "verify", "progress", "space", "manifest", "relay", "wait",
+                         "keys", "trust"]),
     repo=dict(type="str"),
     revision=dict(type="str"),
     local_dir=dict(type="path"),
@@ -177,6 +255,24 @@ _ARGUMENT_SPEC = dict(
     manifest=dict(type="dict"),
     hashes=dict(type="bool", default=True),
     source=dict(type="str", default="peer"),
+    manifest_file=dict(type="path"),
+    children=dict(type="list", elements="dict", default=[]),
+    parent=dict(type="str", default=""),
+    host=dict(type="str", default=""),
+    rel_dir=dict(type="str"),
+    run_id=dict(type="str"),
+    fanout_key=dict(type="path", no_log=False),
+    known_hosts=dict(type="path"),
+    cipher=dict(type="str", default="aes128-gcm@openssh.com"),
+    ssh_user=dict(type="str", default="root"),
+    relay_timeout_s=dict(type="float", default=172800.0),
+    relay_idle_s=dict(type="float", default=ck.DEFAULT_RELAY_IDLE_S),
+    wait_s=dict(type="float", default=60.0),
+    remove_refused=dict(type="bool", default=False),
+    host_key_file=dict(type="path"),
+    parent_address=dict(type="str"),
+    parent_pubkey=dict(type="str"),
+    authorized_keys=dict(type="path", no_log=False),
     stall_timeout_s=dict(type="float", default=ck.DEFAULT_STALL_TIMEOUT_S),
     stall_fallback_after=dict(type="int", default=ck.DEFAULT_STALL_FALLBACK_AFTER),
     stall_max=dict(type="int", default=ck.DEFAULT_STALL_MAX),
@@ -190,6 +286,9 @@ _REQUIRED_IF = [
     ("action", "verify", ("local_dir", "manifest")),
     ("action", "space", ("local_dir", "manifest")),
     ("action", "progress", ("progress_file",)),
+    ("action", "manifest", ("manifest_file",)),
+    ("action", "wait", ("async_results_file",)),
+    ("action", "relay", ("local_dir", "model_dir", "manifest", "rel_dir", "run_id", "fanout_key", "known_hosts")),
 ]
 
 
@@ -219,6 +318,40 @@ def main():
             data["finished"] = data.get("state") in ("done", "failed") or _job_finished(p["async_results_file"])
             # glmops.runner.event_of: glmops download prints these polls itself
             module.exit_json(changed=False, glmops_event="download_progress", **data)
+        if action == "wait":
+            _wait(module, p)
+        if action == "keys":
+            if module.check_mode:
+                module.exit_json(changed=bool(p["fanout_key"]) and not os.path.exists(p["fanout_key"]), verified=False)
+            module.exit_json(verified=False, **ck.relay_keys(p["fanout_key"], p["host"], p["host_key_file"]))
+        if action == "trust":
+            if module.check_mode:
+                module.exit_json(changed=False, verified=False)
+            module.exit_json(verified=False, **ck.relay_trust(
+                known_hosts=p["known_hosts"], children=p["children"], authorized_keys=p["authorized_keys"],
+                parent=p["parent"] or None, parent_address=p["parent_address"], parent_pubkey=p["parent_pubkey"],
+                model_dir=p["model_dir"], user=p["ssh_user"]))
+        if action == "manifest":
+            end = time.monotonic() + max(p["wait_s"], 0)
+            while True:
+                data = ck.read_progress(p["manifest_file"])
+                manifest = data if data.get("files") else None
+                finished = manifest is not None or _job_finished(p["async_results_file"])
+                if finished or time.monotonic() >= end:
+                    break
+                time.sleep(0.2)
+            module.exit_json(changed=False, manifest=manifest, verified=False, finished=finished)
+        if action == "relay":
+            if module.check_mode:
+                module.exit_json(changed=bool(p["children"]), verified=False)
+            out = ck.relay(p["local_dir"], p["manifest"], [{"name": str(c["name"]), "address": str(c["address"])}
+                                                           for c in p["children"]],
+                           host=p["host"], rsh=ck.relay_rsh(p["fanout_key"], p["known_hosts"], p["cipher"]),
+                           rel_dir=p["rel_dir"], model_dir=p["model_dir"], run_id=p["run_id"],
+                           ssh_user=p["ssh_user"], parent=p["parent"] or None, timeout_s=p["relay_timeout_s"],
+                           idle_s=p["relay_idle_s"], progress_file=p["progress_file"],
+                           async_results_file=p["async_results_file"])
+            module.exit_json(**out)
         if action == "status":
             out = ck.status(p["local_dir"], p["repo"], revision, p["state_dir"])
             module.exit_json(changed=False, **out)
@@ -245,7 +378,7 @@ def main():
             margin_bytes=p["margin_bytes"], lock_timeout_s=p["lock_timeout_s"], max_workers=p["max_workers"],
             owner=p["owner"], group=p["group"], offline=p["offline"], dry_run=module.check_mode,
             stall_timeout_s=p["stall_timeout_s"], stall_fallback_after=p["stall_fallback_after"],
-            stall_max=p["stall_max"])
+            stall_max=p["stall_max"], manifest_file=p["manifest_file"])
         module.exit_json(**out)
     except ck.CheckpointError as exc:
         module.fail_json(msg=f"[{exc.code}] {exc.message}", **exc.to_dict())
@@ -265,20 +398,32 @@ def _verify(module, p):
         if p["owner"] or p["group"]:
             changed = ck.fix_ownership([p["local_dir"]], p["owner"], p["group"])
         module.exit_json(changed=changed, verified=True, files=len(records))
-    out = ck.verify_copy(p["local_dir"], man, p["state_dir"], p["owner"], p["group"], p["source"])
+    out = ck.verify_copy(p["local_dir"], man, p["state_dir"], p["owner"], p["group"], p["source"],
+                         remove_refused=p["remove_refused"])
+    module.exit_json(**out)
+
+
+def _wait(module, p):
+    """action=wait: up to ``wait_s`` for the async job to end; then its own result (failed when
+    it failed, with its message), and its results file removed (async_status cleanup)."""
+    end = time.monotonic() + max(p["wait_s"], 0)
+    while (job := ck.async_job(p["async_results_file"])) is None and time.monotonic() < end:
+        time.sleep(0.2)
+    if job is None:
+        module.exit_json(changed=False, finished=False, verified=False)
+    if not module.check_mode:
+        os.unlink(p["async_results_file"])
+    out = {k: v for k, v in job.items() if k not in ("invocation", "_ansible_no_log", "finished", "changed")}
+    out.update(finished=True, changed=bool(job.get("changed")))
+    if job.get("failed"):
+        out.pop("failed", None)
+        module.fail_json(**{"msg": "the job failed", **out})
     module.exit_json(**out)
 
 
 def _job_finished(path):
     """True when the async job's results file holds its final result."""
-    if not path or not os.path.exists(path):
-        return False
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return False
-    return not (data.get("started") and not data.get("finished"))
+    return ck.async_job(path) is not None
 
 
 if __name__ == "__main__":
