@@ -18,7 +18,9 @@ The engines' own start is the time of the readiness gates ("Wait for readiness",
 ansible-runner job events of the first deploy); the first deploy less that is the deployment's
 own cost, printed with its per-host marginal cost between consecutive sizes (target: it grows
 less than linearly, i.e. the marginal cost per host falls or stays flat while the fixed part
-dominates). After all sizes, the tasks whose time grows most per added host are listed for the
+dominates). Its CPU is split into the controller's (this process's children: the CLI, Ansible's
+forks, SSH clients) and the lab hosts' (their cgroup's ``usage_usec``): here both share 2 cores,
+on a cluster each host's share runs on that host in parallel. After all sizes, the tasks whose time grows most per added host are listed for the
 first deploy and for the no-op.
 
 The lab of each size is taken down after its measurement unless ``--keep-labs``. On this machine
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,6 +54,26 @@ def scaled_topologies(hosts: list[str]) -> dict:
     pool = topologies["agg"]["pools"]["agg"]
     pool.update({"gpus": [0, 1, 2, 3], "replicas": len(hosts), "hosts": list(hosts)})
     return topologies
+
+
+def hosts_cpu_s(lab: str) -> float:
+    """CPU seconds the lab's hosts used so far (``usage_usec`` of the lab's cgroup v2 tree,
+    :func:`glmops.lab.hosts.cgroup_dirs`; 0.0 where no hierarchy has ``cpu.stat``)."""
+    from glmops.lab import hosts as H
+
+    for path in H.cgroup_dirs(lab):
+        stat = path / "cpu.stat"
+        if stat.is_file():
+            fields = dict(line.split() for line in stat.read_text().splitlines() if line.strip())
+            return int(fields.get("usage_usec", 0)) / 1e6
+    return 0.0
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children (the controller's side of
+    a deploy: the CLI, Ansible's forks, the SSH clients; the lab hosts are not our children)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def run_artifacts(proc: subprocess.CompletedProcess) -> Path | None:
@@ -83,7 +106,9 @@ def measure(size: int, repeat: int, keep: bool) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"{size} hosts: glmops validate refused the inventory copy:\n{proc.stdout}{proc.stderr}")
         deploy = glmops + ["deploy", "-i", str(inv), "--topology", "agg", "--skip-smoke"]
+        ctl0, hosts0 = children_cpu_s(), hosts_cpu_s(name)
         res["first"], proc = T.timed(deploy, env)
+        res["first_cpu"] = (children_cpu_s() - ctl0, hosts_cpu_s(name) - hosts0)
         if proc.returncode != 0:
             raise SystemExit(f"{size} hosts: first deploy failed:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
         res["first_tasks"] = per_task(run_artifacts(proc))
@@ -115,6 +140,9 @@ def report_size(r: dict, top: int) -> None:
     print(f"== {r['size']} hosts (lab booted in {r['boot']:.0f} s), {len(r['noop'])} interleaved rounds")
     print(f"first deploy            {r['first']:8.2f} s   engines' own start (readiness gates) {gates:.2f} s, "
           f"beyond it {r['own']:.2f} s")
+    ctl, hosts = r["first_cpu"]
+    print(f"  its CPU: controller {ctl:.1f} s ({ctl / r['size']:.2f} s/host), lab hosts {hosts:.1f} s "
+          f"({hosts / r['size']:.2f} s/host; on a cluster each host's own share runs on that host)")
     print(f"no-op redeploy (median) {n:8.2f} s   runs: {', '.join(f'{x:.2f}' for x in r['noop'])}")
     print(f"ansible all -m setup    {s:8.2f} s   runs: {', '.join(f'{x:.2f}' for x in r['setup'])}")
     print(f"ratio no-op / setup     {n / s:8.2f}     (target <= 1.2 at 32 hosts)")
@@ -134,6 +162,11 @@ def report_growth(results: list[dict], top: int) -> None:
         print(f"first deploy beyond the engines' start: {a['size']} -> {b['size']} hosts: "
               f"{a['own']:.2f} -> {b['own']:.2f} s, marginal {per_host:.3f} s/host "
               f"(average at {b['size']}: {b['own'] / b['size']:.3f} s/host)")
+    for a, b in zip(results, results[1:]):
+        span_ab = b["size"] - a["size"]
+        print(f"first deploy's controller CPU: {a['size']} -> {b['size']} hosts: {a['first_cpu'][0]:.1f} -> "
+              f"{b['first_cpu'][0]:.1f} s, marginal {(b['first_cpu'][0] - a['first_cpu'][0]) / span_ab:.3f} s/host; "
+              f"lab hosts' CPU marginal {(b['first_cpu'][1] - a['first_cpu'][1]) / span_ab:.3f} s/host")
     first, last = results[0], results[-1]
     span = last["size"] - first["size"]
     for label, key in (("first deploy", "first_tasks"), ("no-op", "noop_tasks")):
