@@ -72,6 +72,48 @@ APT_PACKAGES: dict[str, str] = {
 }
 
 
+# Packages installed here for a command only (promtool, the lab's upstream registry), whose
+# Debian unit would otherwise start at once and at every boot (a Prometheus on :9090, an
+# unauthenticated registry on :5000 of every address): package -> its unit, masked when this
+# bootstrap installs the package (one the machine had before is left as it is).
+BINARY_ONLY_UNITS: dict[str, str] = {
+    "prometheus": "prometheus.service",
+    "docker-registry": "docker-registry.service",
+}
+
+
+def _install(missing: list[str], env: dict[str, str], root: Path = Path("/")) -> list[str]:
+    """``apt-get install`` ``missing`` with no service started meanwhile (``policy-rc.d`` exit
+    101, Debian's switch, unless the machine has its own), then mask the units of
+    :data:`BINARY_ONLY_UNITS` among them. Returns the masked units; raises
+    ``CalledProcessError`` as :func:`_run` does."""
+    policy = root / "usr/sbin/policy-rc.d"
+    ours = not policy.exists()
+    if ours:
+        policy.parent.mkdir(parents=True, exist_ok=True)
+        policy.write_text("#!/bin/sh\n# glmops bootstrap: no service starts while it installs packages\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        _run(["apt-get", "update", "-qq"], env=env)
+        _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
+    finally:
+        if ours:
+            policy.unlink(missing_ok=True)
+    masked = []
+    for pkg in missing:
+        unit = BINARY_ONLY_UNITS.get(pkg)
+        if unit:
+            link = root / "etc/systemd/system" / unit
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to("/dev/null")
+            masked.append(unit)
+    if masked:
+        print(f"bootstrap: masked {', '.join(masked)} (installed for its command only; "
+              f"'systemctl unmask' to run it as a service)")
+    return masked
+
+
 def _missing_packages() -> list[str]:
     missing = []
     for pkg, probe in APT_PACKAGES.items():
@@ -110,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bootstrap: need root to install Debian packages: {' '.join(missing)}", file=sys.stderr)
             return 1
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        _run(["apt-get", "update", "-qq"], env=env)
-        _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
+        _install(missing, env)
 
     venv = Path(args.venv)
     py = venv / "bin" / "python"
