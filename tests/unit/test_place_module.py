@@ -1,0 +1,128 @@
+"""roles/engine_service/library/glmops_place.py: every drifted directory and file of a host in
+one module call (issue 19: a copy loop cost three SSH round trips per file).
+
+The functions are driven directly, and the module through ``ansible localhost`` (its real
+argument parsing, check mode, ``--diff`` and no_log masking).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY = REPO / "roles/engine_service/library"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("glmops_place", LIBRARY / "glmops_place.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+place = _load()
+
+
+def _f(path, content="a=1\n", mode="0644", owner="root", group="root"):
+    return {"path": str(path), "content": content, "mode": mode, "owner": owner, "group": group}
+
+
+def test_writes_dirs_then_files_and_a_second_run_changes_nothing(tmp_path):
+    d = tmp_path / "etc" / "glmops"
+    out = place.place([{"path": str(d), "mode": "0750", "owner": "root", "group": "root"}],
+                      [_f(d / "x.yaml", "k: 1\n")], [_f(d / "x.env", "TOKEN=s3cret\n", "0600")])
+    assert out["paths"] == [str(d), str(d / "x.yaml"), str(d / "x.env")]
+    assert stat.S_IMODE(d.stat().st_mode) == 0o750
+    assert (d / "x.yaml").read_text() == "k: 1\n" and stat.S_IMODE((d / "x.env").stat().st_mode) == 0o600
+    again = place.place([{"path": str(d), "mode": "0750", "owner": "root", "group": "root"}],
+                        [_f(d / "x.yaml", "k: 1\n")], [_f(d / "x.env", "TOKEN=s3cret\n", "0600")])
+    assert again == {"changed": False, "paths": [], "diff": []}
+
+
+def test_only_the_mode_is_fixed_in_place_when_the_content_is_the_same(tmp_path):
+    p = tmp_path / "u.service"
+    p.write_text("[Unit]\n")
+    p.chmod(0o600)
+    ino = p.stat().st_ino
+    out = place.place([], [_f(p, "[Unit]\n", "0644")], [], want_diff=True)
+    assert out["paths"] == [str(p)] and out["diff"] == []  # no content diff for a mode change
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644 and p.stat().st_ino == ino
+
+
+def test_a_changed_file_is_replaced_whole_and_diffed_but_a_secret_never_is(tmp_path):
+    p, s = tmp_path / "c.yaml", tmp_path / "c.env"
+    p.write_text("max_num_seqs: 4\n")
+    s.write_text("KEY=old\n")
+    ino = p.stat().st_ino
+    out = place.place([], [_f(p, "max_num_seqs: 8\n")], [_f(s, "KEY=new\n", "0600")], want_diff=True)
+    assert out["paths"] == [str(p), str(s)]
+    assert out["diff"] == [{"before_header": str(p), "after_header": str(p),
+                            "before": "max_num_seqs: 4\n", "after": "max_num_seqs: 8\n"}]
+    assert p.stat().st_ino != ino  # renamed over, never rewritten in place
+    assert s.read_text() == "KEY=new\n"
+    assert not [x for x in os.listdir(tmp_path) if x.startswith(".glmops-")]
+
+
+def test_check_mode_writes_nothing_and_skips_a_pending_owner(tmp_path):
+    d = tmp_path / "state"
+    out = place.place([{"path": str(d), "mode": "0755", "owner": "nosuchuser-glmops", "group": "nosuchuser-glmops"}],
+                      [_f(tmp_path / "f", "x", owner="root", group="nosuchuser-glmops")], [],
+                      pending="nosuchuser-glmops", check=True)
+    assert out["paths"] == [str(d), str(tmp_path / "f")]
+    assert not d.exists() and not (tmp_path / "f").exists()
+
+
+def test_errors_name_the_path_and_keep_what_was_done(tmp_path):
+    ok = tmp_path / "ok"
+    with pytest.raises(place.PlaceError) as err:
+        place.place([], [_f(ok), _f(tmp_path / "f", owner="nosuchuser-glmops")], [])
+    assert str(tmp_path / "f") in str(err.value) and "nosuchuser-glmops" in str(err.value)
+    assert err.value.paths == [str(ok)] and ok.exists()
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(place.PlaceError, match="is not a regular file"):
+        place.place([], [_f(tmp_path / "dir")], [])
+    with pytest.raises(place.PlaceError, match="missing.*No such file"):
+        place.place([], [_f(tmp_path / "missing" / "f")], [])
+    with pytest.raises(place.PlaceError, match="not octal"):
+        place.place([], [_f(tmp_path / "g", mode="rw")], [])
+
+
+def _ansible(tmp_path, args: dict, *extra: str) -> tuple[int, dict, str]:
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(LIBRARY), ANSIBLE_LOCALHOST_WARNING="0",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CONFIG=str(tmp_path / "none.cfg"))
+    bindir = Path(sys.executable).parent
+    proc = subprocess.run([str(bindir / "ansible"), "localhost", "-c", "local", "-m", "glmops_place",
+                           "-a", json.dumps(args), *extra], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    # the minimal callback prints "localhost | CHANGED => {result}" after any diff
+    res = json.loads(proc.stdout[proc.stdout.rindex("localhost | "):].split("=>", 1)[1])
+    return proc.returncode, res, proc.stdout + proc.stderr
+
+
+def test_the_module_masks_only_the_secret_content_and_diffs_in_diff_mode(tmp_path):
+    p, s = tmp_path / "c.yaml", tmp_path / "c.env"
+    p.write_text("a: 1\n")
+    args = {"files": [_f(p, "a: 2\n") | {"service": "w0", "sha256": "x"}],
+            "secret_files": [_f(s, "HF_TOKEN=hf_abcdefghijklmnop\n", "0600")]}
+    rc, res, out = _ansible(tmp_path, args, "--check", "--diff", "-v")
+    assert rc == 0 and res["changed"] and res["paths"] == [str(p), str(s)]
+    assert not s.exists() and p.read_text() == "a: 1\n"  # check mode
+    # the callback prints the diff (and pops it from the result): the file's, never the secret's
+    assert f"--- before: {p}" in out and "-a: 1" in out and "+a: 2" in out and f"before: {s}" not in out
+    assert "hf_abcdefghijklmnop" not in out and str(s) in out  # the path stays readable
+    rc, res, out = _ansible(tmp_path, args, "-vvv")
+    assert rc == 0 and s.read_text() == "HF_TOKEN=hf_abcdefghijklmnop\n" and "hf_abcdefghijklmnop" not in out
+    rc, res, out = _ansible(tmp_path, args)
+    assert rc == 0 and res["changed"] is False
+
+
+def test_the_module_refuses_a_relative_path_naming_the_key(tmp_path):
+    rc, res, _ = _ansible(tmp_path, {"files": [_f("etc/x")]})
+    assert rc != 0 and res["msg"] == "files[0].path must be an absolute path, got 'etc/x'"
