@@ -1,4 +1,4 @@
-"""roles/engine_service/library/glmops_place.py: every drifted directory and file of a host in
+"""glmops/ansible/library/glmops_place.py: every drifted directory and file of a host in
 one module call (issue 19: a copy loop cost three SSH round trips per file).
 
 The functions are driven directly, and the module through ``ansible localhost`` (its real
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = REPO / "roles/engine_service/library"
+LIBRARY = REPO / "glmops/ansible/library"
 
 
 def _load():
