@@ -1149,6 +1149,7 @@ def _read_variables(s: _Load, overrides: dict[str, Any]) -> None:
 
     r.unknown_keys(s.raw, VARIABLES, s.src, "variable")
     _near_misses(first, vars_of, r)
+    _role_variables(first, vars_of, r)
     for key, value in s.raw.items():
         _check_text(value, s.src(key), r)
     _check_same_on_workers(s.workers, vars_of, r, overrides)
@@ -1213,6 +1214,60 @@ def _host_typos(s: _Load, host: Any) -> None:
                 reported.add(label)
                 r.unknown_keys({k: None}, VARIABLES, lambda _k, label=label: label, "variable")
     _near_misses(host, vars_of, r)
+    _role_variables(host, vars_of, r)
+
+
+@functools.lru_cache(maxsize=1)
+def role_options() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every role input a user may set in the inventory: option name -> (role, its spec), read
+    from each ``roles/<role>/meta/argument_specs.yml`` ``main`` entry point (type, elements,
+    choices, suboptions; ``required`` and ``default`` dropped: an inventory sets a value)."""
+    import yaml
+
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for f in sorted((data_root() / "roles").glob("*/meta/argument_specs.yml")):
+        main = ((yaml.safe_load(f.read_text()) or {}).get("argument_specs") or {}).get("main") or {}
+        for name, opt in (main.get("options") or {}).items():
+            out[name] = (f.parent.parent.name, _spec_for_value(opt))
+    return out
+
+
+def _spec_for_value(opt: dict[str, Any]) -> dict[str, Any]:
+    spec = {k: v for k, v in opt.items() if k in ("type", "elements", "choices")}
+    if isinstance(opt.get("options"), dict):
+        spec["options"] = {k: _spec_for_value(v) for k, v in opt["options"].items()}
+    return spec
+
+
+def _role_variables(host: Any, vars_of: "_Vars", r: _Reader) -> None:
+    """A role input set in the inventory (``checkpoint_relay_fanout: two``) is checked here, with
+    Ansible's own ``ArgumentSpecValidator`` against the role's ``meta/argument_specs.yml``, before
+    any host is touched, instead of failing the role's argument validation mid-play. A value with
+    Jinja is left to the play (it may name facts only a play has). Problems: ROLE_VAR, once per
+    file and name, naming the role and its spec file."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    options = role_options()
+    seen = {p.path for p in r.problems}
+    data = vars_of.of(host)
+    for key, value in data.items():
+        if key not in options or _has_template(value):
+            continue
+        label = vars_of.label(host, key)
+        if label in seen:
+            continue
+        role, spec = options[key]
+        try:
+            errors = list(ArgumentSpecValidator({key: spec}).validate({key: plain(value)}).errors.errors)
+        except Exception as exc:  # noqa: BLE001 - a spec Ansible itself cannot read is reported, not raised
+            errors = [exc]
+        if errors:
+            seen.add(label)
+            accepted = (f"one of {', '.join(map(str, spec['choices']))}" if spec.get("choices")
+                        else f"{'an' if spec.get('type', 'str')[0] in 'aeiou' else 'a'} {spec.get('type', 'str')}" + (f" of {spec['elements']}s" if spec.get("elements") else ""))
+            why = "" if shown(label, value) == "<redacted>" else f": {_first_line(errors[0])}"
+            r.problem("ROLE_VAR", label, f"{key} {shown(label, value)} is not accepted by role {role}{why}; "
+                      f"accepted: {accepted}", f"see roles/{role}/meta/argument_specs.yml")
 
 
 def _read_host(s: _Load, host: Any, default_gpus: list[int]) -> HostSpec:
