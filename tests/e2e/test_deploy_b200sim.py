@@ -345,7 +345,8 @@ def test_a_vault_encrypted_group_vars_file_deploys_and_its_value_stays_secret(la
     """Issue 15: the layout Ansible's docs recommend (``group_vars/all/`` with an encrypted
     ``vault.yml`` holding ``vault_*`` values, referenced from the plain file) deploys with
     ``--vault-password-file``: the engine's environment has the decrypted value; it exists on the
-    host only in a 0600 env file (no unit file, no argv, no ``systemctl show``), and in no output
+    host only in a 0600 env file (no unit file, no argv, no ``systemctl show``, not in the journal's
+    "Invoked with" lines of the modules), and in no output
     or run artifact on the controller. A wrong password exits 2 naming the file, no host touched."""
     secret = "s3cr3t-lab-value-7f9c2e41"
     inv = D.make_inventory(lab, "lab-b200sim", tmp_path / "vaulted", ["lab-1"], [])
@@ -387,6 +388,10 @@ def test_a_vault_encrypted_group_vars_file_deploys_and_its_value_stays_secret(la
     argv = D.ssh(lab, "lab-1", f"tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value {unit})/cmdline; "
                                f"systemctl show {unit}").stdout
     assert secret not in argv
+    # modules log "Invoked with <args>" to the host's journal: the env file's content is never there
+    journal = D.ssh(lab, "lab-1", "journalctl --no-pager -o cat | grep -c 'Invoked with' ; "
+                                  f"journalctl --no-pager -o cat | grep -c -- {secret} || true").stdout.split()
+    assert int(journal[0]) > 0 and journal[1] == "0", journal
     leaked = subprocess.run(["grep", "-rl", "--", secret, str(runs_dir)], capture_output=True, text=True).stdout
     assert leaked == "", leaked
     assert D.glmops("destroy", "-i", str(inv), "--yes", "--vault-password-file", str(pw)).returncode == 0

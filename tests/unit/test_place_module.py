@@ -109,8 +109,10 @@ def _ansible(tmp_path, args: dict, *extra: str) -> tuple[int, dict, str]:
 def test_the_module_masks_only_the_secret_content_and_diffs_in_diff_mode(tmp_path):
     p, s = tmp_path / "c.yaml", tmp_path / "c.env"
     p.write_text("a: 1\n")
+    secret = _f(s, "HF_TOKEN=hf_abcdefghijklmnop\n", "0600")
     args = {"files": [_f(p, "a: 2\n") | {"service": "w0", "sha256": "x"}],
-            "secret_files": [_f(s, "HF_TOKEN=hf_abcdefghijklmnop\n", "0600")]}
+            "secret_files": [{k: v for k, v in secret.items() if k != "content"}],
+            "secret_contents": [secret["content"]]}
     rc, res, out = _ansible(tmp_path, args, "--check", "--diff", "-v")
     assert rc == 0 and res["changed"] and res["paths"] == [str(p), str(s)]
     assert not s.exists() and p.read_text() == "a: 1\n"  # check mode
@@ -126,3 +128,27 @@ def test_the_module_masks_only_the_secret_content_and_diffs_in_diff_mode(tmp_pat
 def test_the_module_refuses_a_relative_path_naming_the_key(tmp_path):
     rc, res, _ = _ansible(tmp_path, {"files": [_f("etc/x")]})
     assert rc != 0 and res["msg"] == "files[0].path must be an absolute path, got 'etc/x'"
+
+
+def test_the_hosts_journal_line_never_holds_a_secret_content(tmp_path, monkeypatch):
+    """AnsibleModule logs "Invoked with <args>" on the target (journal or syslog): a secret
+    content must be NOT_LOGGING_PARAMETER there, multi-line values included."""
+    from ansible.module_utils import basic
+    from ansible.module_utils.testing import patch_module_args
+
+    secret = "A=1\nVLLM_API_KEY=sk-JOURNALsecret42\nB=2\n"
+    args = {"secret_files": [{"path": str(tmp_path / "w.env"), "mode": "0600", "owner": "root", "group": "root"}],
+            "secret_contents": [secret], "files": [_f(tmp_path / "u.service", "[Unit]\n")]}
+    logged = []
+    monkeypatch.setattr(basic.AnsibleModule, "log", lambda self, msg, log_args=None: logged.append(msg))
+    with patch_module_args(args), pytest.raises(SystemExit) as done:
+        place.main()
+    assert done.value.code == 0 and (tmp_path / "w.env").read_text() == secret
+    line = "".join(logged)
+    assert "Invoked with" in line and "NOT_LOGGING_PARAMETER" in line and str(tmp_path / "w.env") in line
+    assert "JOURNALsecret42" not in line
+
+
+def test_a_content_count_that_does_not_match_the_files_is_refused(tmp_path):
+    rc, res, out = _ansible(tmp_path, {"secret_files": [{"path": str(tmp_path / "a.env")}], "secret_contents": []})
+    assert rc != 0 and "secret_contents has 0 entries for 1 secret_files" in res["msg"]

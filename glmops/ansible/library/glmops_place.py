@@ -11,8 +11,10 @@ Inputs (shapes):
   dirs          [{path, mode, owner, group}]             created first, in order
   files         [{path, content, mode, owner, group}]    written atomically (temp file in the
                                                           same directory, fsync, rename)
-  secret_files  [{path, content, mode, owner, group}]    as ``files``; the option is ``no_log``,
-                                                          and no diff or content is ever returned
+  secret_files  [{path, mode, owner, group}]             as ``files``, with the content of each in
+  secret_contents [str] (same order)                      ``secret_contents``, a ``no_log`` option:
+                                                          never in the host's journal, no diff, never
+                                                          returned
   pending_user  a user that does not exist yet (check mode on a bare host): an owner or group
                 equal to it is neither applied nor compared
 
@@ -54,16 +56,20 @@ options:
     elements: dict
     default: []
   secret_files:
-    description: Files to place whose content is secret (content no_log, no diff, never returned).
+    description: Files to place whose content is secret (no diff, never returned); without their content.
     type: list
     elements: dict
     default: []
     suboptions:
       path: {description: Absolute path., type: str, required: true}
-      content: {description: The secret text., type: str, required: true, no_log: true}
       mode: {description: Octal mode., type: str, default: "0600"}
       owner: {description: Owner name., type: str, default: root}
       group: {description: Group name., type: str, default: root}
+  secret_contents:
+    description: The content of each of I(secret_files), in the same order (no_log; never logged on the host).
+    type: list
+    elements: str
+    default: []
   pending_user:
     description: A user or group not yet created (check mode); owners equal to it are skipped.
     type: str
@@ -227,26 +233,33 @@ def main() -> None:
         argument_spec={
             "dirs": {"type": "list", "elements": "dict", "default": []},
             "files": {"type": "list", "elements": "dict", "default": []},
-            # only the content is secret: a no_log on the whole list would mask its paths,
-            # modes and owners ("root", "0600") in every string the module returns
+            # the secret files' paths, modes and owners, without their content; the contents go in
+            # secret_contents (same order), a list of strings with no_log: Ansible then logs it as
+            # NOT_LOGGING_PARAMETER in the host's journal ("Invoked with ...") and masks each in
+            # what it returns. (A no_log suboption is not enough: the journal line is str() of the
+            # list, where a multi-line value is escaped and escapes the mask.)
             "secret_files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "str", "required": True},
-                "content": {"type": "str", "required": True, "no_log": True},
                 "mode": {"type": "str", "default": "0600"},
                 "owner": {"type": "str", "default": "root"},
                 "group": {"type": "str", "default": "root"},
             }},
+            "secret_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "pending_user": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
+    if len(p["secret_contents"]) != len(p["secret_files"]):
+        module.fail_json(msg=f"secret_contents has {len(p['secret_contents'])} entries for "
+                             f"{len(p['secret_files'])} secret_files; give one content per file, in order")
+    secret_files = [dict(spec, content=text) for spec, text in zip(p["secret_files"], p["secret_contents"])]
     for key in ("dirs", "files", "secret_files"):
         for i, spec in enumerate(p[key]):
             if not isinstance(spec.get("path"), str) or not os.path.isabs(spec["path"]):
                 module.fail_json(msg=f"{key}[{i}].path must be an absolute path, got {spec.get('path')!r}")
     try:
-        out = place(p["dirs"], p["files"], p["secret_files"], p["pending_user"],
+        out = place(p["dirs"], p["files"], secret_files, p["pending_user"],
                     check=module.check_mode, want_diff=module._diff)
     except PlaceError as exc:
         module.fail_json(msg=str(exc), paths=getattr(exc, "paths", []), changed=bool(getattr(exc, "paths", [])))
