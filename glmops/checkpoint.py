@@ -383,27 +383,47 @@ def space_check(local_dir: str, manifest: Manifest, margin_ratio: float = DEFAUL
 # ---------------------------------------------------------------------------------- verify
 def git_blob_sha1(path: str, size: int) -> str:
     """Git blob id of the file at ``path`` (sha1 over ``blob <size>\\0`` + content)."""
-    h = hashlib.sha1(b"blob %d\0" % size)
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return _digest_fh(fh, "blob_id", size)
 
 
 def sha256_file(path: str) -> str:
     """Hex sha256 of the file at ``path`` (read in 8 MiB chunks)."""
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
+        return _digest_fh(fh, "sha256", 0)
+
+
+def _digest_fh(fh: Any, kind: str, size: int) -> str:
+    """Hex digest of the open binary file ``fh`` read to its end in 8 MiB chunks: ``kind``
+    ``sha256``, or ``blob_id`` (git blob sha1 over ``blob <size>\\0`` + content)."""
+    h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % size)
+    for chunk in iter(lambda: fh.read(CHUNK), b""):
+        h.update(chunk)
     return h.hexdigest()
 
 
-def verify(local_dir: str, manifest: Manifest, hashes: bool = True) -> list[dict[str, Any]]:
+#: what each digest kind of a manifest file is called in a VERIFY message
+DIGEST_NAMES = {"sha256": "sha256", "blob_id": "git blob sha1"}
+
+
+def digest_kind(f: HubFile) -> str | None:
+    """Which digest checks ``f``: ``sha256`` (LFS files), ``blob_id`` (git blob sha1, the
+    others), None when the listing gives neither (size only)."""
+    return "sha256" if f.sha256 else ("blob_id" if f.blob_id else None)
+
+
+def verify(local_dir: str, manifest: Manifest, hashes: bool = True,
+           known: dict[str, dict[str, Any]] | None = None,
+           reused: list[str] | None = None) -> list[dict[str, Any]]:
     """Check every manifest file in ``local_dir``. Returns one dict per file:
     ``{path, size, mtime_ns, sha256|blob_id}``. Raises ``VERIFY`` naming every missing file,
     size mismatch (on disk vs the hub's tree listing) and hash mismatch (sha256 for LFS files,
-    git blob sha1 for regular ones) at once. ``hashes=False`` checks sizes only."""
+    git blob sha1 for regular ones) at once. ``hashes=False`` checks sizes only.
+
+    ``known``: path -> digest recorded when the file arrived (:func:`read_hash_record`); a file
+    whose stat still matches its record (:func:`same_file`) is checked with the recorded
+    digest instead of being read again, the rest are hashed here. The paths checked that way
+    are appended to ``reused``."""
     problems, bad, out = [], [], []
     for f in manifest.files:
         p = os.path.join(local_dir, f.path)
@@ -418,21 +438,21 @@ def verify(local_dir: str, manifest: Manifest, hashes: bool = True) -> list[dict
             bad.append(f.path)
             continue
         rec: dict[str, Any] = {"path": f.path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        if hashes:
-            if f.sha256:
-                got = sha256_file(p)
-                if got != f.sha256:
-                    problems.append(f"{f.path}: sha256 {got} on disk, the hub says {f.sha256}")
-                    bad.append(f.path)
-                    continue
-                rec["sha256"] = got
-            elif f.blob_id:
-                got = git_blob_sha1(p, st.st_size)
-                if got != f.blob_id:
-                    problems.append(f"{f.path}: git blob sha1 {got} on disk, the hub says {f.blob_id}")
-                    bad.append(f.path)
-                    continue
-                rec["blob_id"] = got
+        kind = digest_kind(f) if hashes else None
+        if kind:
+            want = f.sha256 if kind == "sha256" else f.blob_id
+            seen = (known or {}).get(f.path)
+            if seen and seen.get(kind) and same_file(seen, st):
+                got = str(seen[kind])
+                if reused is not None:
+                    reused.append(f.path)
+            else:
+                got = sha256_file(p) if kind == "sha256" else git_blob_sha1(p, st.st_size)
+            if got != want:
+                problems.append(f"{f.path}: {DIGEST_NAMES[kind]} {got} on disk, the hub says {want}")
+                bad.append(f.path)
+                continue
+            rec[kind] = got
         out.append(rec)
     if problems:
         raise CheckpointError("VERIFY", f"{len(bad)} file(s) of {manifest.repo}@{manifest.commit} failed "
@@ -1050,18 +1070,23 @@ def _glob_escape(path: str) -> str:
 # ---------------------------------------------------------------------------------- peer copy
 def verify_copy(local_dir: str, manifest: dict[str, Any] | Manifest, state_dir: str | None,
                 owner: str | None = None, group: str | None = None, source: str = "peer",
-                remove_refused: bool = False) -> dict[str, Any]:
+                remove_refused: bool = False, hashes_file: str | None = None,
+                run_id: str | None = None) -> dict[str, Any]:
     """Verify a copy received from a peer (fanout) or read from a shared mount against the
     hub manifest the downloading node used; write the marker. Returns ``{changed, verified,
-    files}``; raises ``VERIFY`` naming the files. ``remove_refused``: delete the files that
-    failed, so the next run copies them again (rsync would otherwise keep a file of the right
-    size and mtime)."""
+    files, hashed_on_arrival}``; raises ``VERIFY`` naming the files. ``remove_refused``: delete
+    the files that failed, so the next run copies them again (rsync would otherwise keep a file
+    of the right size and mtime). ``hashes_file`` + ``run_id``: the digests
+    :func:`hash_on_arrival` recorded in this run (:func:`read_hash_record`); a file unchanged
+    since then is not read again (``hashed_on_arrival`` counts them), the verdict is the same."""
     man = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
     mpath = marker_path(state_dir, man.repo, man.commit) if state_dir else None
     if mpath and marker_valid(read_marker(mpath), local_dir, man):
-        return {"changed": False, "verified": True, "files": len(man.files)}
+        return {"changed": False, "verified": True, "files": len(man.files), "hashed_on_arrival": 0}
+    known = read_hash_record(hashes_file, man, local_dir, run_id) if hashes_file and run_id else {}
+    reused: list[str] = []
     try:
-        records = verify(local_dir, man)
+        records = verify(local_dir, man, known=known, reused=reused)
     except CheckpointError as exc:
         if remove_refused:
             for rel in exc.files:
@@ -1074,7 +1099,7 @@ def verify_copy(local_dir: str, manifest: dict[str, Any] | Manifest, state_dir: 
         records = verify(local_dir, man, hashes=False)
     if mpath:
         write_marker(mpath, man, local_dir, records, source=source)
-    return {"changed": True, "verified": True, "files": len(records)}
+    return {"changed": True, "verified": True, "files": len(records), "hashed_on_arrival": len(reused)}
 
 
 def status(local_dir: str, repo: str, commit: str | None, state_dir: str) -> dict[str, Any]:
@@ -1107,6 +1132,8 @@ def status(local_dir: str, repo: str, commit: str | None, state_dir: str) -> dic
 #: against the source's manifest at the end (:func:`verify_copy`).
 RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,80}\Z")
 DEFAULT_RELAY_FANOUT = 2
+RELAY_FANOUT_ACCEPTED = ("accepted: a whole number >= 0 of children per host (0 a star: the source feeds every host, "
+                         "1 a chain, 2 a binary tree)")
 DEFAULT_RELAY_IDLE_S = 1800.0
 DEFAULT_RELAY_RETRIES = 2
 
@@ -1115,7 +1142,11 @@ def relay_tree(hosts: list[str], fanout: int = DEFAULT_RELAY_FANOUT) -> dict[str
     """The fanout tree over ``hosts`` (the source first, then the hosts that need a copy, in
     order): breadth-first, each host feeds up to ``fanout`` children (1: a chain, every host
     sends one copy; 2: a binary tree; 0: a star, the source feeds every host). Returns
-    ``host -> {parent (None for the source), children, depth}``."""
+    ``host -> {parent (None for the source), children, depth}``. Raises ``INPUT`` naming
+    ``checkpoint_relay_fanout`` for a ``fanout`` that is not a whole number >= 0, or a host
+    named twice."""
+    if isinstance(fanout, bool) or not re.fullmatch(r"[0-9]+", str(fanout).strip()):
+        raise CheckpointError("INPUT", f"checkpoint_relay_fanout={fanout!r}: {RELAY_FANOUT_ACCEPTED}")
     if len(set(hosts)) != len(hosts):
         raise CheckpointError("INPUT", f"relay hosts {hosts} name a host twice")
     k = max(int(fanout) if int(fanout) > 0 else len(hosts) - 1, 1)
@@ -1374,6 +1405,172 @@ def _push_abort(abort_file: str, message: str, children: dict[str, dict[str, str
             p.wait(30)
         with contextlib.suppress(OSError):
             p.kill()
+
+
+# ---------------------------------------------------------------------------------- hash on arrival
+#: fanout (issue 19): every receiving host hashes each file as it arrives (:func:`hash_on_arrival`,
+#: an async job beside the relays), so the final :func:`verify_copy` reads again only the files
+#: that changed since or were not hashed yet. The record is trusted only for this run, this
+#: manifest and this directory, only from a root-owned file nobody else can write, and a digest
+#: only for a file whose size, mtime, ctime, inode and device are still those it had while it was
+#: hashed (an owner can set the mtime back with utimensat after writing in place; the ctime moves
+#: with every write or chmod and cannot be set).
+HASHES_VERSION = 1
+#: the stat fields a recorded digest is tied to
+STAT_KEY = ("size", "mtime_ns", "ctime_ns", "ino", "dev")
+
+
+def stat_key(st: os.stat_result) -> dict[str, int]:
+    """``{size, mtime_ns, ctime_ns, ino, dev}`` of ``st`` (sizes in bytes, times in ns)."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino,
+            "dev": st.st_dev}
+
+
+def same_file(record: dict[str, Any], st: os.stat_result) -> bool:
+    """True when ``record`` (a :func:`stat_key` plus a digest) still describes the file ``st``."""
+    return all(record.get(k) == v for k, v in stat_key(st).items())
+
+
+def read_hash_record(path: str | None, manifest: Manifest, local_dir: str, run_id: str | None) -> dict[str, dict[str, Any]]:
+    """path -> entry ``{path, size, mtime_ns, ctime_ns, ino, dev, sha256|blob_id}`` of the
+    record :func:`hash_on_arrival` wrote to ``path``, for the manifest's files; empty (nothing
+    trusted) when the file is missing or unreadable, not owned by this process's user, writable
+    by group or others, of another version, or made for another run id, repo, commit or
+    ``local_dir``."""
+    if not path or not run_id:
+        return {}
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
+            return {}
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            fd = -1
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if not isinstance(data, dict) or [data.get(k) for k in ("version", "run_id", "repo", "commit", "local_dir")] != \
+            [HASHES_VERSION, run_id, manifest.repo, manifest.commit, local_dir]:
+        return {}
+    files = data.get("files") if isinstance(data.get("files"), dict) else {}
+    paths = {f.path for f in manifest.files}
+    return {p: e for p, e in files.items() if p in paths and isinstance(e, dict)}
+
+
+def _hash_entry(path: str, f: HubFile, st0: os.stat_result) -> dict[str, Any] | None:
+    """The record entry of manifest file ``f`` at ``path`` (stat ``st0`` taken just before),
+    or None when it changed while it was read (another stat, or the open file not the one
+    stat'ed)."""
+    kind = digest_kind(f)
+    entry: dict[str, Any] = {"path": f.path, **stat_key(st0)}
+    with open(path, "rb") as fh:
+        st_fd = os.fstat(fh.fileno())
+        if (st_fd.st_ino, st_fd.st_dev) != (st0.st_ino, st0.st_dev):
+            return None
+        if kind:
+            entry[kind] = _digest_fh(fh, kind, st0.st_size)
+    st1 = os.stat(path)
+    return entry if stat_key(st1) == stat_key(st0) else None
+
+
+def hash_on_arrival(local_dir: str, manifest: dict[str, Any] | Manifest, record_file: str, *, run_id: str,
+                    model_dir: str | None = None, stop_file: str | None = None, timeout_s: float = 172800.0,
+                    idle_s: float = DEFAULT_RELAY_IDLE_S, poll_s: float = 0.2) -> dict[str, Any]:
+    """Watch ``local_dir`` on a host receiving a fanout copy and hash each manifest file as soon
+    as it is present at its final path with the manifest's size (whole: see the relay section),
+    sha256 for LFS files, git blob sha1 for the others, in manifest order. Each digest goes with
+    the file's :func:`stat_key` (taken before and after the read: a file that changed meanwhile
+    is not recorded) into ``record_file``: JSON ``{version, run_id, repo, commit, local_dir,
+    files: {path: entry}}``, rewritten (atomic, mode 0600) after each file and emptied at the
+    start, so no earlier run's digests stay in it. A recorded file that changes (rsync replaced
+    it) is hashed again. The digests are not judged here: :func:`verify_copy` compares them.
+
+    Ends when every file is recorded and unchanged (``done``), ``stop_file`` exists (``stop``,
+    checked between files; removed on the way out), the relay abort file of ``run_id`` under
+    ``model_dir`` exists (``abort``), files are missing and no byte arrived in ``local_dir`` for
+    ``idle_s`` (``idle``), or after ``timeout_s`` (``timeout``). Never raises for a file (one it
+    cannot read is left to the verify); raises ``INPUT``/``HUB`` for a bad run id or a manifest
+    path outside ``local_dir``. Returns ``{changed, hashed (digests computed), files (recorded),
+    stopped, seconds, verified: false}``."""
+    man = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
+    if not RUN_ID.match(run_id or ""):
+        raise CheckpointError("INPUT", f"relay run id {run_id!r}; accepted: 1-80 of [A-Za-z0-9_.-]")
+    for f in man.files:
+        inside(local_dir, f.path)
+    abort_file = relay_abort_path(model_dir, run_id) if model_dir else None
+    files: dict[str, dict[str, Any]] = {}
+    data = {"version": HASHES_VERSION, "run_id": run_id, "repo": man.repo, "commit": man.commit,
+            "local_dir": local_dir, "files": files}
+    _atomic_json(record_file, data, 0o600)
+    unreadable: dict[str, dict[str, int]] = {}  # path -> stat_key of a file that could not be read
+    hashed = 0
+    t0 = last_move = time.monotonic()
+    last_probe, bytes_seen = t0, _tree_bytes(local_dir)
+
+    def end() -> str | None:
+        if stop_file and os.path.exists(stop_file):
+            return "stop"
+        if abort_file and os.path.exists(abort_file):
+            return "abort"
+        return "timeout" if time.monotonic() - t0 > timeout_s else None
+
+    stopped = end()
+    try:
+        while stopped is None:
+            missing = progressed = False
+            for f in man.files:
+                p = os.path.join(local_dir, f.path)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    missing = True
+                    continue
+                if st.st_size != f.size:
+                    missing = True
+                    continue
+                if (f.path in files and same_file(files[f.path], st)) or unreadable.get(f.path) == stat_key(st):
+                    continue
+                progressed = True
+                try:
+                    entry = _hash_entry(p, f, st)
+                except OSError:
+                    entry, unreadable[f.path] = None, stat_key(st)
+                if entry is not None:
+                    files[f.path] = entry
+                    hashed += 1
+                    _atomic_json(record_file, data, 0o600)
+                if (stopped := end()) is not None:
+                    break
+            if stopped is not None:
+                break
+            if not missing and not progressed:
+                stopped = "done"
+                break
+            now = time.monotonic()
+            if progressed:
+                last_move = now
+                continue
+            if now - last_probe >= 5:
+                last_probe, seen = now, _tree_bytes(local_dir)
+                if seen != bytes_seen:
+                    bytes_seen, last_move = seen, now
+            if idle_s and now - last_move > idle_s:
+                stopped = "idle"
+                break
+            time.sleep(poll_s)
+            stopped = end()
+    finally:
+        if stop_file:
+            with contextlib.suppress(OSError):
+                os.unlink(stop_file)
+    return {"changed": hashed > 0, "hashed": hashed, "files": len(files), "stopped": stopped,
+            "seconds": round(time.monotonic() - t0, 3), "verified": False}
 
 
 # ---------------------------------------------------------------------------------- relay keys

@@ -17,7 +17,10 @@ description:
     Needs huggingface-hub on the interpreter running the module (the role sets the hub venv's python).
   - C(action=status) reports whether a valid marker exists (no hub access, no hashing).
   - C(action=resolve) returns the commit and the manifest without downloading.
-  - C(action=verify) checks a copy received from a peer against a I(manifest) and writes the marker.
+  - C(action=verify) checks a copy received from a peer against a I(manifest) and writes the marker; with
+    I(hashes_file) and I(run_id) a file unchanged since C(action=hash) recorded it in this run is not read again.
+    With I(async_results_file) (that C(action=hash) job) and I(stop_file) it first ends the job (creates the stop
+    file, waits up to I(wait_s) for the job's result, removes both files); the job's failure does not fail the verify.
   - C(action=space) checks the free space for a I(manifest) in I(local_dir) (F10), before a peer copy.
   - C(action=progress) reads the progress file a running download writes (for the role's poll loop).
   - C(action=keys) creates this host's push key (I(fanout_key), when it feeds children) and returns it and the
@@ -31,6 +34,11 @@ description:
     I(wait_s) for it (None until then; finished when it is there or the job ended).
   - C(action=relay) pushes every file of I(manifest) to each of I(children) as soon as it is complete in
     I(local_dir) (fanout tree, issue 19), with the parent's push key; fails naming the host, child and files.
+  - C(action=hash) runs on a host receiving a fanout copy (an async job beside the relays) and hashes each file of
+    I(manifest) as soon as it is complete in I(local_dir) and records the digests with each file's stat in
+    I(hashes_file) (0600) for this I(run_id); ends when every file is recorded, at I(stop_file), at the relay's
+    abort file, when no byte arrived for I(relay_idle_s) or after I(relay_timeout_s). Never fails for a file
+    (the verify hashes what is not recorded); runs at nice 10.
   - The HF token is read from I(token_file) (mode 0600) and never returned.
 version_added: "0.1.0"
 author: glmops
@@ -38,7 +46,7 @@ options:
   action:
     description: What to do.
     type: str
-    choices: [download, status, resolve, verify, progress, space, manifest, relay, wait, keys, trust]
+    choices: [download, status, resolve, verify, progress, space, manifest, relay, wait, keys, trust, hash]
     default: download
   repo:
     description: Hugging Face repo id (owner/name).
@@ -102,7 +110,9 @@ options:
     description: JSON progress file written while downloading and read by C(action=progress).
     type: path
   async_results_file:
-    description: For C(action=progress), the async job's results file; a finished job ends the poll.
+    description: >-
+      For C(action=progress), the async job's results file; a finished job ends the poll. For C(action=wait), the
+      job to wait for; for C(action=verify), the C(action=hash) job to end first.
     type: path
   manifest:
     description: For C(action=verify) and C(action=space), the manifest the downloading node returned.
@@ -135,8 +145,18 @@ options:
     description: For C(action=relay), I(local_dir) relative to I(model_dir) (the children's rrsync root).
     type: str
   run_id:
-    description: For C(action=relay), this run's id (names the abort file a failed relay pushes to its children).
+    description: >-
+      For C(action=relay), this run's id (names the abort file a failed relay pushes to its children); for
+      C(action=hash) and C(action=verify), the run the digests of I(hashes_file) belong to.
     type: str
+  hashes_file:
+    description: >-
+      For C(action=hash), where the digests go (root-owned JSON, 0600); for C(action=verify), the digests to reuse
+      (ignored unless written by this user, not group/other-writable, for this I(run_id), repo, commit and I(local_dir)).
+    type: path
+  stop_file:
+    description: For C(action=hash), the file that ends the job (checked between files); for C(action=verify), created first.
+    type: path
   fanout_key:
     description: For C(action=relay), the private key pushing to the children.
     type: path
@@ -152,7 +172,7 @@ options:
     type: str
     default: root
   relay_timeout_s:
-    description: For C(action=relay), the longest the relay runs.
+    description: For C(action=relay) and C(action=hash), the longest the job runs.
     type: float
     default: 172800
   host_key_file:
@@ -172,11 +192,15 @@ options:
     type: bool
     default: false
   wait_s:
-    description: For C(action=wait) and C(action=manifest), the longest one call waits.
+    description: >-
+      For C(action=wait) and C(action=manifest), the longest one call waits; for C(action=verify), the longest it waits
+      for the C(action=hash) job to end.
     type: float
     default: 60
   relay_idle_s:
-    description: For C(action=relay), fail when files are missing here and no byte arrived for this long.
+    description: >-
+      For C(action=relay), fail when files are missing here and no byte arrived for this long; for C(action=hash),
+      end then.
     type: float
     default: 1800
   stall_timeout_s:
@@ -216,6 +240,10 @@ complete_before: {description: files already complete (not requested again), typ
 verified: {description: the local copy matches the manifest, type: bool, returned: always}
 stalls: {description: "files that stalled and were fetched again (path, bytes, percent, seconds, attempt, transfer)", type: list, returned: download}
 sent: {description: "files sent to each child (child: count)", type: dict, returned: relay}
+hashed: {description: digests computed as the files arrived, type: int, returned: hash}
+stopped: {description: "why the hash job ended: done, stop, abort, idle, timeout or error", type: str, returned: hash}
+hashed_on_arrival: {description: files verified with the digest recorded on arrival (not read again), type: int, returned: verify}
+hash_job: {description: "the action=hash job's result (hashed, files, stopped, seconds), or null", type: dict, returned: verify}
 code: {description: error code on failure (F10_DISK, VERIFY, HUB, REVISION, LOCK, INPUT, STALL, RELAY), type: str, returned: failure}
 files: {description: files a failure concerns, type: list, returned: failure}
 needed: {description: bytes needed (F10), type: int, returned: F10 failure}
@@ -233,7 +261,7 @@ from ansible.module_utils import glmops_checkpoint as ck
 _ARGUMENT_SPEC = dict(
     action=dict(type="str", default="download",
                 choices=["download", "status", "resolve", "verify", "progress", "space", "manifest", "relay", "wait",
-                         "keys", "trust"]),
+                         "keys", "trust", "hash"]),
     repo=dict(type="str"),
     revision=dict(type="str"),
     local_dir=dict(type="path"),
@@ -261,6 +289,8 @@ _ARGUMENT_SPEC = dict(
     host=dict(type="str", default=""),
     rel_dir=dict(type="str"),
     run_id=dict(type="str"),
+    hashes_file=dict(type="path"),
+    stop_file=dict(type="path"),
     fanout_key=dict(type="path", no_log=False),
     known_hosts=dict(type="path"),
     cipher=dict(type="str", default="aes128-gcm@openssh.com"),
@@ -289,6 +319,7 @@ _REQUIRED_IF = [
     ("action", "manifest", ("manifest_file",)),
     ("action", "wait", ("async_results_file",)),
     ("action", "relay", ("local_dir", "model_dir", "manifest", "rel_dir", "run_id", "fanout_key", "known_hosts")),
+    ("action", "hash", ("local_dir", "model_dir", "manifest", "run_id", "hashes_file")),
 ]
 
 
@@ -352,6 +383,8 @@ def main():
                            idle_s=p["relay_idle_s"], progress_file=p["progress_file"],
                            async_results_file=p["async_results_file"])
             module.exit_json(**out)
+        if action == "hash":
+            _hash(module, p)
         if action == "status":
             out = ck.status(p["local_dir"], p["repo"], revision, p["state_dir"])
             module.exit_json(changed=False, **out)
@@ -392,6 +425,7 @@ def _verify(module, p):
     if module.check_mode:
         st = ck.status(p["local_dir"], man.repo, man.commit, p["state_dir"]) if p["state_dir"] else {"verified": False}
         module.exit_json(changed=not st["verified"], verified=st["verified"])
+    hash_job = _end_hash_job(p) if p["async_results_file"] else None
     if not p["hashes"]:
         records = ck.verify(p["local_dir"], man, hashes=False)
         changed = False
@@ -399,7 +433,47 @@ def _verify(module, p):
             changed = ck.fix_ownership([p["local_dir"]], p["owner"], p["group"])
         module.exit_json(changed=changed, verified=True, files=len(records))
     out = ck.verify_copy(p["local_dir"], man, p["state_dir"], p["owner"], p["group"], p["source"],
-                         remove_refused=p["remove_refused"])
+                         remove_refused=p["remove_refused"], hashes_file=p["hashes_file"], run_id=p["run_id"])
+    module.exit_json(hash_job=hash_job, **out)
+
+
+def _end_hash_job(p):
+    """End the action=hash job of ``p["async_results_file"]`` before the verify reads its
+    record: create ``p["stop_file"]`` (the job stops after the file it is reading), wait up to
+    ``wait_s`` for its result, remove the results and stop files. Returns the job's result
+    ``{hashed, files, stopped, seconds}`` (None when it did not end in time: the verify then
+    reads what is not recorded). Its failure is only reported: the verify does not need it."""
+    try:
+        if p["stop_file"]:
+            with open(p["stop_file"], "a", encoding="utf-8"):
+                pass
+        end = time.monotonic() + max(p["wait_s"], 0)
+        while (job := ck.async_job(p["async_results_file"])) is None and time.monotonic() < end:
+            time.sleep(0.1)
+        if job is None:
+            return None
+        for path in (p["async_results_file"], p["stop_file"]):
+            if path and os.path.exists(path):
+                os.unlink(path)
+    except OSError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {k: job.get(k) for k in ("hashed", "files", "stopped", "seconds", "error", "msg") if k in job}
+
+
+def _hash(module, p):
+    """action=hash: the digests of the files as they arrive (ck.hash_on_arrival), at nice 10 so
+    the relays on this host go first. Exits the module; never fails (the verify hashes whatever
+    is not recorded): an error is returned as ``error`` with ``stopped: error``."""
+    if module.check_mode:
+        module.exit_json(changed=False, verified=False)
+    try:
+        os.nice(10)
+        out = ck.hash_on_arrival(p["local_dir"], p["manifest"], p["hashes_file"], run_id=p["run_id"],
+                                 model_dir=p["model_dir"], stop_file=p["stop_file"], timeout_s=p["relay_timeout_s"],
+                                 idle_s=p["relay_idle_s"])
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal: the verify reads the files itself
+        text = exc.message if isinstance(exc, ck.CheckpointError) else f"{type(exc).__name__}: {exc}"
+        module.exit_json(changed=False, verified=False, hashed=0, files=0, stopped="error", error=text)
     module.exit_json(**out)
 
 
