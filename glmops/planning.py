@@ -287,7 +287,8 @@ def inputs_digest(inventory: str, overrides: dict[str, Any] | None,
 
 def _handed(planned: Planned) -> dict[str, Any]:
     return {"topology": planned.plan.topology, "plan": planned.view(),
-            "precheck_needs": planned.precheck_needs(), "smoke_target": asdict(planned.smoke_target())}
+            "precheck_needs": planned.precheck_needs(), "smoke_target": asdict(planned.smoke_target()),
+            "warnings": [str(w) for w in planned.warnings]}
 
 
 def handoff(planned: Planned, run_extravars: dict[str, Any] | None = None,
@@ -458,4 +459,6 @@ def take_handoff(path: str | None, inventory: str, topology: str | None,
         if say is not None:
             say(f"glmops: not using the plan handoff {path}: {exc}; planning here")
         return None
-    return {"plan": doc["plan"], "precheck_needs": doc.get("precheck_needs"), "smoke_target": doc.get("smoke_target")}
+    warnings = doc.get("warnings") or []
+    return {"plan": doc["plan"], "precheck_needs": doc.get("precheck_needs"), "smoke_target": doc.get("smoke_target"),
+            "warnings": [str(w) for w in warnings] if isinstance(warnings, list) else []}

@@ -621,8 +621,10 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
     for row in left:
         table.add_row(*row)
     artifacts = f"changed: {result.changed}   run artifacts: {result.artifacts}"
+    warned = (plan or {}).get("warnings") or []
     if result.ok:
         console.print(table)
+        _print_warnings(console, warned)
         if plan and plan.get("endpoint_url") and endpoint_answered(result, plan):
             console.print(f"endpoint: {plan['endpoint_url']}  (model {plan.get('served_model_name', '')})",
                           highlight=False, markup=False, soft_wrap=True)
@@ -632,6 +634,18 @@ def print_summary(result: RunResult, console: Console, plan: dict | None = None)
     for failure in result.failures:  # journal tails hold "[...]": no markup, no re-wrapping
         console.print(Text("failed ", style="red") + Text(failure), highlight=False, soft_wrap=True)
     console.print(table)
+    _print_warnings(console, warned)
+
+
+def _print_warnings(console: Console, warnings: list[str]) -> None:
+    """The Plan's warnings (``glmops validate``'s, e.g. API_KEY_OPEN_FRONT_DOOR), once more
+    under the table: a deploy log read from its end still shows them."""
+    if warnings:
+        console.print(f"{len(warnings)} warning(s) of the Plan (validate --strict refuses them):",
+                      highlight=False, markup=False, soft_wrap=True)
+        for line in warnings:
+            console.print(Text("  warning ", style="yellow") + Text(line.removeprefix("warning ")),
+                          highlight=False, soft_wrap=True)
 
 
 def endpoint_answered(result: RunResult, plan: dict | None) -> bool:
@@ -652,6 +666,10 @@ def exit_line(result: RunResult | None, rc: int, why: str = "", verb: str = "") 
     lab-1 (failed at Wait for readiness), lab-2 (UNREACHABLE)``; ``why`` replaces the host list."""
     verb = verb or (result.verb if result else "")
     took = f" {'in' if rc == 0 else 'after'} {result.seconds:.1f} s" if result else ""
+    if rc == 0 and not why and result is not None and result.check:
+        # a dry run says so in its last line, and whether anything would change
+        why = (f"check mode, {result.changed} change(s) would be made" if result.changed
+               else "check mode, nothing would change")
     if rc == 0:
         return f"exit 0: glmops {verb} ok{took}" + (f": {why}" if why else "")
     if not why and result is not None:

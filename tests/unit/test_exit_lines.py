@@ -98,3 +98,46 @@ def test_upgrade_and_rollback_end_with_the_exit_line(monkeypatch, argv, fake, li
     monkeypatch.setattr(runner, "run", run)
     res = CliRunner().invoke(main, argv)
     assert _last(res).startswith(line), res.output
+
+
+@pytest.mark.parametrize("changed, tail", [
+    (4, ": check mode, 4 change(s) would be made"),
+    (0, ": check mode, nothing would change"),
+])
+def test_a_check_run_says_so_in_its_last_line(changed, tail):
+    """A fresh-user trial read ``exit 0: glmops deploy ok in 19.0 s`` after ``--check`` with drift:
+    the last line of a dry run names it, and whether anything would change (a CI drift check)."""
+    res = runner.RunResult(verb="deploy", rc=0, status="successful", artifacts=Path("/tmp/x"), seconds=19.0,
+                           check=True)
+    res.hosts["lab-1"] = runner.HostStats(changed=changed)
+    assert runner.exit_line(res, 0) == "exit 0: glmops deploy ok in 19.0 s" + tail
+    res.check = False
+    assert runner.exit_line(res, 0) == "exit 0: glmops deploy ok in 19.0 s"
+
+
+def test_the_plans_warnings_are_repeated_under_the_summary(tmp_path):
+    """API_KEY_OPEN_FRONT_DOOR was printed by validate and plan but not by deploy: the plan play's
+    summary carries the rules' warnings and the run's summary prints them under the table."""
+    import importlib.util
+    import json
+
+    from rich.console import Console
+
+    from glmops import planning
+
+    spec = importlib.util.spec_from_file_location("glmops_plan_action",
+                                                  REPO / "glmops/ansible/action_plugins/glmops_plan.py")
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    planned = planning.load(LAB_INV, "disagg", {"glmops_api_key": "abcdefgh12345678"})
+    lines = [str(w) for w in planned.warnings]
+    assert any("[API_KEY_OPEN_FRONT_DOOR]" in w for w in lines)
+    action.write_summary(str(tmp_path / "summary.json"), planned.view(), None, "", lines)
+    plan = json.loads((tmp_path / "summary.json").read_text())
+    assert plan["warnings"] == lines and "abcdefgh12345678" not in json.dumps(plan)
+    res = runner.RunResult(verb="deploy", rc=0, status="successful", artifacts=tmp_path, seconds=1.0)
+    console = Console(record=True, width=200)
+    runner.print_summary(res, console, plan)
+    out = console.export_text()
+    assert "1 warning(s) of the Plan (validate --strict refuses them):" in out
+    assert "warning [API_KEY_OPEN_FRONT_DOOR]" in out and "serves clients without a key" in out

@@ -95,8 +95,10 @@ class ActionModule(ActionBase):
             else:  # None unless authenticated, well-formed and planned from these inputs (one line why)
                 handed = planning.take_handoff(self._task.args["handoff"], inventory, topology, overrides, extra,
                                                say=display.warning)
+        warnings: list[str] = []
         if handed is not None:  # the CLI planned this run from the same inputs: no second Plan
             view, needs, smoke_target = handed["plan"], handed["precheck_needs"], handed["smoke_target"]
+            warnings = list(handed.get("warnings") or [])
         else:
             try:
                 planned = planning.load(inventory, topology, overrides)
@@ -112,6 +114,7 @@ class ActionModule(ActionBase):
                 return result
             for warning in planned.warnings:  # deviations from a seed's recipe the engine accepts
                 display.warning(f"glmops: {warning}")
+            warnings = [str(w) for w in planned.warnings]
             view, smoke_target = planned.view(), asdict(planned.smoke_target())
             needs = planned.precheck_needs() if want_needs else None
         choices = self._task.args.get("run_choices")
@@ -127,7 +130,7 @@ class ActionModule(ActionBase):
         result["precheck_needs"] = needs if want_needs else None
         result["plan"] = view
         if self._task.args.get("summary"):
-            write_summary(self._task.args["summary"], view, smoke_target, topology_line)
+            write_summary(self._task.args["summary"], view, smoke_target, topology_line, warnings)
         # env files may carry API keys: never display or log this result
         result["_ansible_no_log"] = True
         return result
@@ -152,12 +155,16 @@ def _deployed_topology(deployed: dict, hostvars) -> tuple[str, str]:
     return deployed_topology(records, str(deployed.get("default_topology") or "agg"), unread)
 
 
-def write_summary(path: str, view: dict, smoke_target: dict | None = None, topology_line: str = "") -> None:
+def write_summary(path: str, view: dict, smoke_target: dict | None = None, topology_line: str = "",
+                  warnings: list[str] | None = None) -> None:
     """Write the secret-free part of a plan view (``SUMMARY_KEYS`` and the service views
-    without their file paths), the smoke target and ``topology_line`` (why a day-2 run acts on
-    this topology; "" when nothing to say) as JSON to ``path``; the parent directory must exist."""
+    without their file paths), the smoke target, ``topology_line`` (why a day-2 run acts on
+    this topology; "" when nothing to say) and the rules' ``warnings`` (one line each, as
+    ``glmops validate`` prints them; the run's summary repeats them) as JSON to ``path``; the
+    parent directory must exist."""
     out = {k: view.get(k) for k in SUMMARY_KEYS}
     out["topology_line"] = topology_line
+    out["warnings"] = list(warnings or [])
     out["services"] = [{k: v for k, v in svc.items() if k != "paths"} for svc in view.get("services", [])]
     out["smoke_target"] = smoke_target
     with open(path, "w", encoding="utf-8") as fh:
