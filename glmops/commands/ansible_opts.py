@@ -13,12 +13,14 @@ The decorator takes these out of the command's keyword arguments and makes them
 them; the command's own signature does not change. A run-control variable
 (``glmops.inventory.RUN_VARIABLES``, e.g. ``glmops_plan_handoff``) in ``-e`` exits 2 naming it,
 before the command runs (``glmops.planning.refuse_run_variables``). A prompted password goes to a 0600 file
-in a 0700 temporary directory (removed when the command ends): only its path reaches argv.
+in a 0700 temporary directory (removed when the command ends): only its path reaches argv; so does
+each inline ``-e`` (``key=value``, ``{...}``), as ``@FILE`` of its parsed JSON (:func:`_inline_to_files`).
 """
 from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import tempfile
 
@@ -98,6 +100,43 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
         raise ValidationError(problems)
 
 
+#: a variable name that says it holds a secret (glmops_api_key, hf_token, vault_*, *password*)
+_SECRET_NAME = re.compile(r"api_?key|token|secret|passw|vault_", re.IGNORECASE)
+
+
+def _inline_to_files(tmpdir: list[str], extra: tuple[str, ...]) -> tuple[str, ...]:
+    """Each inline ``-e`` (``key=value`` words, ``{...}``) as ``@FILE``: parsed as
+    ``ansible-playbook`` parses it (``glmops.ansible_options.extra_vars``) and written as JSON
+    to a 0600 file in the command's 0700 temporary directory (removed when it ends), so the
+    values never reach ``ansible-playbook``'s argv or the run's artifacts (``env/cmdline``,
+    ``artifacts/run/command``), only the path does. Order, and so precedence, is kept. A value
+    whose name says it is a secret prints a warning: it is still in this command's own argv."""
+    import json
+
+    from ansible.parsing.dataloader import DataLoader
+
+    from glmops.ansible_options import extra_vars
+
+    out = []
+    for opt in extra:
+        if opt.startswith("@"):
+            out.append(opt)
+            continue
+        data = extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
+        for key in sorted(k for k in data if _SECRET_NAME.search(str(k))):
+            click.echo(f"warning [SECRET_IN_ARGV] -e:{key}: its value is in this command's own argv (ps, shell "
+                       "history); glmops hands it to Ansible in a 0600 file only (hint: keep it in Ansible Vault: "
+                       "-e @vault.yml --vault-password-file FILE)", err=True)
+        if not tmpdir:
+            tmpdir.append(tempfile.mkdtemp(prefix="glmops-vault-"))  # mode 0700
+        path = os.path.join(tmpdir[0], f"extra-vars-{len(out)}.json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, default=str)
+        out.append(f"@{path}")
+    return tuple(out)
+
+
 def ansible_options(fn, short_e: bool = True):
     """Add the shared Ansible options to the click command function ``fn`` (see the module
     docstring); ``short_e=False`` spells extra vars ``--extra-vars`` only (a verb whose ``-e``
@@ -112,6 +151,7 @@ def ansible_options(fn, short_e: bool = True):
                         if vid.endswith("@prompt") or vid == "prompt" else vid for vid in ids)
             files = tuple(files) + ((_password_file(tmpdir, ""),) if ask else ())
             check_extra_vars(tuple(extra))  # a bad -e ends here, before any read or run (exit 2)
+            extra = _inline_to_files(tmpdir, tuple(extra))
             with using(AnsibleOptions(extra_vars=tuple(extra), vault_ids=ids, vault_password_files=files)) as opts:
                 if extra:  # a run-control variable (glmops_plan_handoff, ...) in -e: exit 2, before any run
                     from glmops.planning import refuse_run_variables

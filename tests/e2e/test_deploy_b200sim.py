@@ -94,6 +94,19 @@ def test_b200_agg_plan_serves_on_the_double(lab, inventory):
     assert again.returncode == 0 and "changed: 0 " in again.stdout, again.stdout[-3000:]
 
 
+def test_inline_extra_vars_reach_the_play_and_a_check_run_says_what_would_change(lab, inventory, runs_dir):
+    """An inline ``-e`` reaches the play through a 0600 file (never ansible-playbook's argv or the
+    run's env/cmdline), and a ``--check`` run's last line says whether anything would change."""
+    proc = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke",
+                    "--check", "-e", "glmops_max_batch_size=3")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert re.search(r"check mode, [1-9]\d* change\(s\) would be made$", proc.stdout.strip()), proc.stdout[-2000:]
+    cmdline = max(runs_dir.glob("*-deploy/env/cmdline"), key=lambda p: p.stat().st_mtime).read_text()
+    assert "glmops_max_batch_size" not in cmdline and "-e @" in cmdline and "--check" in cmdline
+    same = D.glmops("deploy", "-i", str(inventory), "--topology", "agg", "--skip-provision", "--skip-smoke", "--check")
+    assert same.returncode == 0 and same.stdout.strip().endswith("check mode, nothing would change"), same.stdout[-2000:]
+
+
 def test_f23_smoke_fails_when_a_pd_router_fronts_two_aggregated_workers(lab, inventory):
     """F23 on the agg deployment, no new deploy: a transient vllm-router in PD mode in front of
     the two aggregated replicas (each runs the whole request, no KV moves), and `glmops smoke

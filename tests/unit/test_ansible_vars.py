@@ -257,6 +257,42 @@ def test_ask_vault_pass_prompts_once_and_passes_a_0600_file(tmp_path, pw, monkey
     assert PASSWORD not in " ".join(seen["files"])
 
 
+def test_an_inline_extra_var_reaches_ansible_as_a_0600_file_never_as_argv_text(tmp_path):
+    """A fresh-user trial found ``-e glmops_api_key=sk-...`` in ansible-playbook's argv (ps) and in
+    the run's ``env/cmdline``: each inline -e now goes on as ``@FILE`` (its parsed JSON, 0600,
+    removed when the verb ends), in order; an ``@file`` stays as given; a secret-looking name warns."""
+    import click
+    from click.testing import CliRunner
+
+    from glmops.ansible_options import current, extra_vars
+    from glmops.commands.ansible_opts import ANSIBLE_OPTS
+
+    seen = {}
+
+    @click.command()
+    @ANSIBLE_OPTS
+    def verb():
+        opts = current()
+        seen["argv"] = opts.argv()
+        seen["files"] = [e[1:] for e in opts.extra_vars if e.startswith("@") and "glmops-vault-" in e]
+        seen["modes"] = [stat.S_IMODE(os.stat(f).st_mode) for f in seen["files"]]
+        from ansible.parsing.dataloader import DataLoader
+        seen["vars"] = extra_vars(DataLoader(), opts)
+
+    given = tmp_path / "given.yml"
+    given.write_text("glmops_max_batch_size: 3\n")
+    result = CliRunner().invoke(verb, ["-e", "glmops_api_key=sk-INLINEsecret99 glmops_max_batch_size=8",
+                                       "-e", f"@{given}", "-e", '{"glmops_served_model_name": "m", "n": 2}'])
+    assert result.exit_code == 0, result.output
+    assert "sk-INLINEsecret99" not in " ".join(seen["argv"]) and f"@{given}" in seen["argv"]
+    assert len(seen["files"]) == 2 and seen["modes"] == [0o600, 0o600]
+    assert not any(os.path.exists(f) for f in seen["files"])  # removed when the verb ended
+    # same values, same precedence as ansible-playbook gives them (the @file between the two wins over the first)
+    assert seen["vars"] == {"glmops_api_key": "sk-INLINEsecret99", "glmops_max_batch_size": 3,
+                            "glmops_served_model_name": "m", "n": 2}
+    assert "warning [SECRET_IN_ARGV] -e:glmops_api_key" in result.output and "sk-INLINEsecret99" not in result.output
+
+
 def test_the_operators_ansible_cfg_is_honoured_and_glmops_paths_are_added(tmp_path, monkeypatch):
     """The run's environment (glmops.runner) keeps the operator's ansible.cfg, found as Ansible
     finds it (here: the working directory's), and appends glmops' plugin and role paths to
