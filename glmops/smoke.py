@@ -270,11 +270,23 @@ class Client:
         except requests.RequestException as exc:
             raise CheckFailed(f"{method} {url}: {type(exc).__name__}: {exc}")
         if r.status_code != 200:
-            raise CheckFailed(f"{method} {url}: HTTP {r.status_code}: {_error_text(r.text)}")
+            raise CheckFailed(self._http_failure(method, url, r.status_code, r.text))
         try:
             return r.json()
         except ValueError:
             raise CheckFailed(f"{method} {url}: answer is not JSON: {r.text[:200]!r}")
+
+    def _http_failure(self, method: str, url: str, status: int, text: str) -> str:
+        """``POST URL: HTTP 401: <the server's error>``; a 401/403 says whether a key was sent
+        and where smoke takes it from."""
+        out = f"{method} {url}: HTTP {status}: {_error_text(text) or '(no body)'}"
+        if status in (401, 403):
+            if self.session.headers.get("Authorization"):
+                out += " (the API key sent was refused: is it the deployment's glmops_api_key?)"
+            else:
+                out += (" (no API key was sent: smoke reads glmops_api_key from the inventory, Vault values "
+                        "with --vault-password-file; with --endpoint and no -i, from GLMOPS_API_KEY)")
+        return out
 
     def stream(self, path: str, body: dict) -> tuple[list[Any], float | None]:
         """POST with ``stream: true``; returns (data payloads with "[DONE]" kept, seconds to
@@ -291,7 +303,7 @@ class Client:
             with self.session.post(url, json=body, stream=True,
                                    timeout=(min(CONNECT_TIMEOUT_S, limit), limit)) as r:
                 if r.status_code != 200:
-                    raise CheckFailed(f"POST {url}: HTTP {r.status_code}: {_error_text(r.text)}")
+                    raise CheckFailed(self._http_failure("POST", url, r.status_code, r.text))
                 ctype = r.headers.get("Content-Type", "")
                 if not ctype.startswith("text/event-stream"):
                     raise CheckFailed(f"POST {url}: stream answered Content-Type {ctype!r}, "
@@ -321,10 +333,12 @@ class Client:
 
 
 def _error_text(text: str) -> str:
+    """The server's error message of an HTTP error body (JSON ``error.message``/``detail``, else the
+    text with its whitespace runs folded), at most 300 characters."""
     try:
         obj = json.loads(text)
     except ValueError:
-        return text[:300]
+        return " ".join(text.split())[:300]
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):

@@ -255,3 +255,34 @@ def test_bench_flags_are_checked_together_before_any_ssh():
     assert r.exit_code == 2, r.output
     assert "--bench-host 'nonexistent' is not accepted; accepted: router, controller or an inventory host (b200-node-0)" in out
     assert "--gpus 0 is not accepted" in out and "--point-timeout -1.0 is not accepted" in out
+
+
+def test_a_401_says_whether_a_key_was_sent_and_where_smoke_takes_it(monkeypatch):
+    """A fresh-user trial read ``HTTP 401: 401 Unauthorized server returned status:`` with no
+    hint: the failure now folds the body's whitespace and says whether a key went out."""
+    import http.server
+
+    from local_http import serve
+
+    from glmops.smoke import CheckFailed, Client
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = b"401 Unauthorized\n  server returned status: "
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with serve(Handler) as url:
+        with pytest.raises(CheckFailed) as bare:
+            Client(url).get("/v1/models")
+        with pytest.raises(CheckFailed) as keyed:
+            Client(url, headers={"Authorization": "Bearer sk-wrong-key-123"}).get("/v1/models")
+    assert str(bare.value) == (f"GET {url}/v1/models: HTTP 401: 401 Unauthorized server returned status: "
+                               "(no API key was sent: smoke reads glmops_api_key from the inventory, Vault values "
+                               "with --vault-password-file; with --endpoint and no -i, from GLMOPS_API_KEY)")
+    assert "the API key sent was refused" in str(keyed.value) and "sk-wrong-key-123" not in str(keyed.value)
