@@ -17,3 +17,11 @@ def serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def reply(handler: http.server.BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+    """Send ``status`` with ``body`` (and its Content-Length) from a handler method."""
+    handler.send_response(status)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

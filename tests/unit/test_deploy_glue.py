@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from local_http import reply
 
 from glmops.planning import PlanProblems, plan_view
 
@@ -235,11 +236,7 @@ class _Engine(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.seen.append(self.path)
         self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps({"choices": [{"text": "x"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, 200, json.dumps({"choices": [{"text": "x"}]}).encode())
 
     def log_message(self, *args):
         pass

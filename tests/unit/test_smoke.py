@@ -262,17 +262,13 @@ def test_a_401_says_whether_a_key_was_sent_and_where_smoke_takes_it(monkeypatch)
     hint: the failure now folds the body's whitespace and says whether a key went out."""
     import http.server
 
-    from local_http import serve
+    from local_http import reply, serve
 
     from glmops.smoke import CheckFailed, Client
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
-            body = b"401 Unauthorized\n  server returned status: "
-            self.send_response(401)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            reply(self, 401, b"401 Unauthorized\n  server returned status: ")
 
         def log_message(self, *args):
             pass
