@@ -1191,6 +1191,13 @@ class RelayBook:
     def done(self) -> bool:
         return not self.unsent() and not any(self.flight.values())
 
+    def drop(self, child: str) -> list[str]:
+        """Give up on ``child`` (its rsync kept failing): it gets nothing more and no longer
+        holds :meth:`done` back. Returns the files it did not get."""
+        missing = [p for p in self.paths if p not in self.sent.pop(child, set())]
+        self.flight.pop(child, None)
+        return missing
+
 
 def relay_rsh(key: str, known_hosts: str, cipher: str) -> str:
     """rsync's ``--rsh``: the parent's push key only, the child's pinned host key, no agent."""
@@ -1289,12 +1296,16 @@ def relay(local_dir: str, manifest: dict[str, Any] | Manifest, children: list[di
     every file (see the section comment above). ``rel_dir``: ``local_dir`` relative to
     ``model_dir`` (the children's ``rrsync -wo <model_dir>`` root).
 
-    Stops with ``RELAY`` naming this host, the child and the files when: a child's rsync fails
-    ``retries`` + 1 times in a row; upstream failed (the parent's abort file; on the source,
-    ``progress_file``/``async_results_file`` of the download); no byte moved under
-    ``local_dir`` for ``idle_s`` while files are missing here; or ``timeout_s`` passed. Before
-    raising it pushes the abort file to its children, so the whole subtree stops at once.
-    Returns ``{changed, sent: {child: files}, batches, seconds}``."""
+    A child whose rsync fails ``retries`` + 1 times in a row is given up alone: the abort file
+    goes to it (so its own subtree stops), and the relay goes on serving its siblings; the
+    result names it in ``lost`` ({child: message naming this host, the child, its address, the
+    exit and the files it lacks}), and the role fails that child with the message, not this host.
+
+    Stops with ``RELAY`` naming this host and the files when: upstream failed (the parent's abort
+    file; on the source, ``progress_file``/``async_results_file`` of the download); no byte moved
+    under ``local_dir`` for ``idle_s`` while files are missing here; or ``timeout_s`` passed.
+    Before raising it pushes the abort file to its children, so the whole subtree stops at once.
+    Returns ``{changed, sent: {child: files}, batches, seconds, lost: {child: message}}``."""
     import tempfile
 
     man = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
@@ -1306,6 +1317,8 @@ def relay(local_dir: str, manifest: dict[str, Any] | Manifest, children: list[di
     book = RelayBook([f.path for f in man.files], list(by_name))
     running: dict[str, _Batch] = {}
     failures: dict[str, int] = {c: 0 for c in by_name}
+    lost: dict[str, str] = {}
+    aborts: list[subprocess.Popen] = []
     batches = 0
     t0 = last_move = last_probe = time.monotonic()
     bytes_seen = -1
@@ -1323,12 +1336,13 @@ def relay(local_dir: str, manifest: dict[str, Any] | Manifest, children: list[di
                     failures[child] = 0
                     continue
                 failures[child] += 1
-                if failures[child] > retries:
+                if failures[child] > retries:  # this child alone: its siblings keep their copies coming
                     c = by_name[child]
-                    raise CheckpointError(
-                        "RELAY", f"relay on {host}: rsync to {child} ({c['address']}) failed {failures[child]} "
-                        f"times (exit {rc}: {err}) sending {', '.join(batch[:5])}"
-                        f"{' ...' if len(batch) > 5 else ''}", files=batch, details={"host": host, "child": child})
+                    missing = book.drop(child)
+                    lost[child] = (f"relay on {host}: rsync to {child} ({c['address']}) failed {failures[child]} "
+                                   f"times (exit {rc}: {err}) sending {', '.join(batch[:5])}"
+                                   f"{' ...' if len(batch) > 5 else ''}; {len(missing)} file(s) not sent")
+                    aborts += _push_abort_file(abort_file, lost[child], {child: c}, rsh, ssh_user)
             if book.done():
                 break
             why = _upstream_failure(host, parent, abort_file, progress_file, async_results_file,
@@ -1349,7 +1363,7 @@ def relay(local_dir: str, manifest: dict[str, Any] | Manifest, children: list[di
             if now - t0 > timeout_s:
                 raise _relay_stuck(host, parent, book, complete, f"not done after {timeout_s:g} s")
             for child, c in by_name.items():
-                if child in running:
+                if child in running or child in lost:
                     continue
                 todo = book.ready(child, complete)
                 if not todo:
@@ -1366,15 +1380,16 @@ def relay(local_dir: str, manifest: dict[str, Any] | Manifest, children: list[di
         for b in running.values():
             b.kill()
         running.clear()
-        _push_abort(abort_file, exc.message, by_name, rsh, ssh_user)
+        _push_abort(abort_file, exc.message, {c: v for c, v in by_name.items() if c not in lost}, rsh, ssh_user)
         raise
     finally:
         for b in running.values():
             b.kill()
+        _reap(aborts)
     with contextlib.suppress(OSError):
         os.unlink(abort_file)
     return {"changed": bool(by_name), "sent": {c: len(s) for c, s in book.sent.items()}, "batches": batches,
-            "seconds": round(time.monotonic() - t0, 3), "verified": False}
+            "seconds": round(time.monotonic() - t0, 3), "verified": False, "lost": lost}
 
 
 def _relay_stuck(host: str, parent: str | None, book: RelayBook, complete: set[str], why: str) -> CheckpointError:
@@ -1397,14 +1412,43 @@ def _push_abort(abort_file: str, message: str, children: dict[str, dict[str, str
             os.makedirs(os.path.dirname(abort_file), exist_ok=True)
             with open(abort_file, "w", encoding="utf-8") as fh:
                 fh.write(message + "\n")
-    procs = [subprocess.Popen(["rsync", f"--rsh={rsh}", abort_file, f"{ssh_user}@{c['address']}:.glmops-locks/"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for c in children.values()]
+    _reap([subprocess.Popen(["rsync", f"--rsh={rsh}", abort_file, f"{ssh_user}@{c['address']}:.glmops-locks/"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           for c in children.values()])
+
+
+def _push_abort_file(abort_file: str, message: str, children: dict[str, dict[str, str]], rsh: str,
+                     ssh_user: str) -> list[subprocess.Popen]:
+    """Start pushing ``message`` as the abort file to ``children`` only (one given-up child),
+    without writing this host's own abort file (that would stop this relay and its siblings).
+    Returns the rsync processes (:func:`_reap` them); best effort, never raises."""
+    import tempfile
+
+    try:
+        tmp = tempfile.mkdtemp(prefix="glmops-abort-")
+        one = os.path.join(tmp, os.path.basename(abort_file))
+        with open(one, "w", encoding="utf-8") as fh:
+            fh.write(message + "\n")
+        procs = [subprocess.Popen(["rsync", f"--rsh={rsh}", one, f"{ssh_user}@{c['address']}:.glmops-locks/"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for c in children.values()]
+    except OSError:
+        return []
+    for p in procs:
+        p.glmops_tmp = tmp  # type: ignore[attr-defined]  # removed by _reap
+    return procs
+
+
+def _reap(procs: list[subprocess.Popen], timeout_s: float = 30) -> None:
+    """Wait up to ``timeout_s`` for each push, kill what is left, remove their temp dirs."""
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            p.wait(30)
+            p.wait(timeout_s)
         with contextlib.suppress(OSError):
             p.kill()
+        tmp = getattr(p, "glmops_tmp", None)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------- hash on arrival

@@ -167,6 +167,35 @@ def test_corrupted_file_on_an_interior_host_is_refused_and_named(clean, tmp_path
     assert digests(env["lab"], "lab-4", LOCAL) == want_digests(env)
 
 
+def test_a_child_the_relay_cannot_reach_fails_alone_and_its_siblings_finish(clean, tmp_path):
+    """lab-3's rrsync (the only command lab-1's push key may run there) fails every push: lab-1
+    gives up on lab-3 alone after 3 tries, and lab-2 (its sibling) and lab-4 (below lab-2) still
+    get and verify every file; the run fails naming lab-3, its parent and the files it lacks."""
+    env = clean
+    inv = write_inventory(env["lab"], tmp_path / "inv.yml", TREE_HOSTS, mode="fanout")
+    broken = ssh(env["lab"], "lab-3", "cp -p /usr/bin/rrsync /usr/bin/rrsync.orig && "
+                                      "printf '#!/bin/sh\\necho refused >&2\\nexit 1\\n' > /usr/bin/rrsync")
+    assert broken.returncode == 0, broken.stderr
+    try:
+        r, out = download_json(inv, hub=env["hub"], runs_dir=env["runs"])
+    finally:
+        ssh(env["lab"], "lab-3", "mv -f /usr/bin/rrsync.orig /usr/bin/rrsync")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert [f for f in out["failures"] if "lab-3" in f] and not [
+        f for f in out["failures"] if "lab-2" in f.split(":")[0] or "lab-4" in f.split(":")[0]], out["failures"]
+    msg = next(f for f in out["failures"] if "lab-3" in f)
+    assert "relay on lab-1: rsync to lab-3" in msg and "failed 3 times" in msg and "not sent" in msg, msg
+    want = want_digests(env)
+    for host in ("lab-1", "lab-2", "lab-4"):
+        assert digests(env["lab"], host, LOCAL) == want, host
+    assert env["hub"].stats()["bytes_by_client"] == {addr(env, "lab-1"): env["total"]}
+    env["hub"].reset()
+    r2, out2 = download_json(inv, hub=env["hub"], runs_dir=env["runs"])  # rrsync is back: the rerun heals lab-3
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert {h["host"]: h["source"] for h in out2["hosts"]}["lab-3"] == "peer lab-1"
+    assert env["hub"].stats()["bytes_by_client"] == {}
+
+
 def test_check_mode_reads_metadata_and_writes_nothing(clean, tmp_path):
     env = clean
     inv = write_inventory(env["lab"], tmp_path / "inv.yml", HOSTS, mode="fanout")

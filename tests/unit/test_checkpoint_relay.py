@@ -201,13 +201,44 @@ def test_relay_ignores_files_not_yet_complete(lab):
 def test_relay_names_the_child_when_rsync_keeps_failing(lab):
     files = files_of(n=1)
     put(lab["local"]("s"), files)
-    with pytest.raises(ck.CheckpointError) as err:
-        ck.relay(str(lab["local"]("s")), manifest_of(files), [{"name": "gone", "address": "nohost"}], host="s",
-                 rsh=lab["rsh"], rel_dir=lab["rel"], model_dir=str(lab["tmp"] / "s" / "models"), run_id="r1",
-                 poll_s=0.05, timeout_s=30, retries=1)
-    e = err.value
-    assert e.code == "RELAY" and "rsync to gone (nohost) failed 2 times" in e.message
-    assert e.details["child"] == "gone" and set(e.files) == set(files)
+    out = ck.relay(str(lab["local"]("s")), manifest_of(files), [{"name": "gone", "address": "nohost"}], host="s",
+                   rsh=lab["rsh"], rel_dir=lab["rel"], model_dir=str(lab["tmp"] / "s" / "models"), run_id="r1",
+                   poll_s=0.05, timeout_s=30, retries=1)
+    assert list(out["lost"]) == ["gone"]
+    assert "relay on s: rsync to gone (nohost) failed 2 times" in out["lost"]["gone"]
+    assert f"{len(files)} file(s) not sent" in out["lost"]["gone"]
+
+
+def test_a_child_given_up_does_not_stop_its_siblings(lab):
+    """One child's rsync keeps failing: the relay gives up on that child alone, pushes the abort
+    file to it only (never to its siblings, never its own), and serves the siblings to the end."""
+    files = files_of(n=2)
+    man = manifest_of(files)
+    src = lab["local"]("s")
+    put(src, {"config.json": files["config.json"]})
+    for c in ("a", "b"):
+        lab["local"](c)
+    (lab["tmp"] / "bad" / "models").mkdir(parents=True)  # its snapshot dir is missing: every rsync fails
+    done = {}
+
+    def go():
+        done["out"] = ck.relay(str(src), man, [{"name": c, "address": c} for c in ("a", "bad", "b")], host="s",
+                               rsh=lab["rsh"], rel_dir=lab["rel"], model_dir=str(lab["tmp"] / "s" / "models"),
+                               run_id="r1", poll_s=0.05, timeout_s=60, retries=1)
+
+    t = threading.Thread(target=go)
+    t.start()
+    time.sleep(1.0)  # the lost child is given up while the download still runs
+    put(src, {p: b for p, b in files.items() if p != "config.json"})
+    t.join(60)
+    out = done["out"]
+    assert list(out["lost"]) == ["bad"] and "rsync to bad (bad) failed 2 times" in out["lost"]["bad"]
+    for c in ("a", "b"):
+        assert {p: (lab["local"](c) / p).read_bytes() for p in files} == files, c
+    assert out["sent"] == {"a": len(files), "b": len(files)}
+    abort = ".glmops-locks/relay-r1.abort"
+    assert "rsync to bad" in (lab["tmp"] / "bad" / "models" / abort).read_text()
+    assert not (lab["tmp"] / "a" / "models" / abort).exists() and not (lab["tmp"] / "s" / "models" / abort).exists()
 
 
 def test_failed_download_stops_the_source_relay_and_the_subtree(lab, tmp_path):
