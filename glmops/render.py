@@ -197,10 +197,31 @@ MONITORING_DIR = "_monitoring"
 _HOST_DIR = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9.:_\-\]%]*\Z")
 
 
-def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[Path]:
+def redact_text(dep: Deployment, content: str) -> str:
+    """``content`` with its secrets as ``<redacted>``: every ``NAME=VALUE`` line whose name or
+    value is secret (``glmops.model.is_secret``: ``*API_KEY*``, ``*TOKEN``, a Vault value, ...)
+    keeps its name, and every other occurrence of the API key or a Vault value is replaced."""
+    from glmops.model import is_secret
+
+    values = set(dep.secret_values or ()) | ({dep.api_key} if dep.api_key else set())
+    out = []
+    for line in content.splitlines(keepends=True):
+        name, eq, value = line.partition("=")
+        if eq and ENV_NAME.match(name.strip()) and is_secret(name.strip(), value.strip(), frozenset(values)):
+            line = f"{name}=<redacted>" + ("\n" if line.endswith("\n") else "")
+        out.append(line)
+    text = "".join(out)
+    for secret in sorted((v for v in values if len(v) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "<redacted>")
+    return text
+
+
+def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike, secrets: bool = False) -> list[Path]:
     """Write ``OUT/<host>/<absolute path>`` for every host's files, with their modes, the
     Prometheus host's (``glmops_monitoring.enabled``), the exporters' units and drop-ins
     (glmops.monitoring.exporter_files) and ``OUT/_monitoring/file_sd/glmops-<dep>.json``.
+    Secrets are written as ``<redacted>`` (:func:`redact_text`; a tree for review or a CI
+    artifact) unless ``secrets`` (the files exactly as a deploy places them).
     Returns the written paths. Every file is rendered and every target path resolved
     (symlinks followed) before the first is written; a path that would land outside
     ``OUT/<host>`` or a host name that is not one (``/``, ``../..``) is refused with
@@ -226,7 +247,7 @@ def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike) -> list[
         targets.append((path, f))
     for path, f in targets:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f.content, encoding="utf-8")
+        path.write_text(f.content if secrets else redact_text(dep, f.content), encoding="utf-8")
         path.chmod(int(f.mode, 8))
         written.append(path)
     return written

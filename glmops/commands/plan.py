@@ -43,8 +43,8 @@ def redacted(data, secret_values=frozenset()):
     """``data`` (a Plan as dicts/lists) with secrets shown as ``<redacted>``: the values of
     secret-looking keys (``*TOKEN``, ``*API_KEY*``, ``*_PASS``, ``*SECRET*``, ...), values that
     are secrets themselves (a URL with a password, a token, a Vault value: ``secret_values``)
-    and argv words after a secret flag. The env files (``--out``, mode 0600) carry them, the
-    printed Plan does not. Patterns: ``glmops.model.is_secret``."""
+    and argv words after a secret flag. ``--out`` writes them as ``<redacted>`` too
+    (``glmops.render.redact_text``) unless ``--with-secrets``. Patterns: ``glmops.model.is_secret``."""
     if isinstance(data, dict):
         return {k: "<redacted>" if isinstance(k, str) and isinstance(v, (str, int, float)) and is_secret(k, v, secret_values)
                 else redacted(v, secret_values) for k, v in data.items()}
@@ -73,8 +73,10 @@ def redacted(data, secret_values=frozenset()):
               show_default=True, help="Output format.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Write every file a deploy would place, as OUT/<host>/<path>.")
+@click.option("--with-secrets", is_flag=True,
+              help="With --out: write secrets (API key, Vault values) as a deploy places them, not <redacted>.")
 @STRICT
-def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, strict: bool) -> None:
+def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, with_secrets: bool, strict: bool) -> None:
     """Show which services run where, with which flags (exit 2 on bad input; warnings go to
     stderr, exit 0, --strict: exit 2)."""
     if out_dir is not None and not out_dir.strip():
@@ -85,7 +87,7 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, st
         dep, the_plan = planned.deployment, planned.plan
         written = []
         if out_dir:
-            written = render.write_tree(dep, the_plan, out_dir)
+            written = render.write_tree(dep, the_plan, out_dir, secrets=with_secrets)
     except ValidationError as exc:
         click.echo(f"{len(exc.problems)} problem(s) in {inventory}:", err=True)
         for p in exc.problems:

@@ -126,3 +126,24 @@ def test_help_imports_nothing_heavy():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_out_writes_secrets_redacted_unless_asked(tmp_path):
+    """A fresh-user trial found the real API key in ``plan --out``'s env files (a tree a CI job
+    may upload): it is ``<redacted>`` there, and nowhere else in the tree; ``--with-secrets``
+    writes the files as a deploy places them (the env file 0600)."""
+    key = "sk-plan-out-SECRET-0123456789abcdef"
+    inv = inventory(tmp_path, glmops_engine="vllm", glmops_engine_version=None, glmops_api_key=key,
+                    glmops_topologies={"agg": {"pools": {"agg": {"tp": 4, "replicas": 2, "port": 8001}},
+                                               "router": {"port": 8000}}})
+    out, full = tmp_path / "out", tmp_path / "full"
+    res = CliRunner().invoke(main, ["plan", "-i", inv, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    texts = {p: p.read_text() for p in out.rglob("*") if p.is_file()}
+    assert not [p for p, t in texts.items() if key in t]
+    envs = [t for p, t in texts.items() if p.suffix == ".env" and "VLLM_API_KEY=" in t]
+    assert envs and all("VLLM_API_KEY=<redacted>\n" in t for t in envs)
+    res = CliRunner().invoke(main, ["plan", "-i", inv, "--out", str(full), "--with-secrets"])
+    assert res.exit_code == 0, res.output
+    holders = [p for p in full.rglob("*") if p.is_file() and key in p.read_text()]
+    assert holders and all(p.suffix == ".env" and stat.S_IMODE(p.stat().st_mode) == 0o600 for p in holders)
