@@ -19,8 +19,9 @@ backend included) and the version that runs it. Entry kinds (``kind``):
   ``engine_config``) takes for ``models``/``hardware``/``variants`` (each optional), ``values``
   (TRT-LLM ``moe_config.backend`` for GLM-5.3-Flash FP8 on B200/GB200: seed 000);
 * ``not_rendered`` (a warning, code ``RECIPE_NOT_RENDERED``): a part of a seed's recipe glmops does
-  not render, with ``why``; matched on ``images`` (the seed image the container runtime runs),
-  ``models``, ``hardware``, ``topology`` and ``transport`` (each optional).
+  not render, with ``why``; matched on ``engines`` (the deployment's engine, e.g. ``dynamo`` over a
+  vLLM backend), ``images`` (the seed image the container runtime runs), ``models``, ``hardware``,
+  ``topology`` and ``transport`` (each optional).
 
 ``specifier`` (PEP 440, e.g. ``<=0.33.0``) limits an entry to the versions it was reported for.
 Rule code ``ENGINE_COMBINATION``; the message names the values, the engine and version, the source.
@@ -44,7 +45,7 @@ KINDS: dict[str, set[str]] = {
     "speculative_with_pp": {"methods", "models"},
     "disagg_arg": {"args"},
     "disagg_inputs": {"inputs"},
-    "not_rendered": {"why", "images", "models", "hardware", "topology", "transport"},
+    "not_rendered": {"why", "engines", "images", "models", "hardware", "topology", "transport"},
     "config_value": {"key", "values", "models", "hardware", "variants"},
 }
 
@@ -211,6 +212,7 @@ def _disagg_inputs(dep: Deployment, entry: dict, label: str, out: list[Problem])
 def _matches(dep: Deployment, entry: dict, backend: str) -> bool:
     """Whether a ``not_rendered`` entry's optional match keys all hold for ``dep``."""
     checks: list[tuple[str, set[str]]] = [
+        ("engines", {dep.engine}),
         ("images", {base.seed_image(dep, dep.engine), base.seed_image(dep, backend)} - {""}),
         ("models", {dep.model}), ("hardware", {dep.hardware}), ("topology", {dep.topology}),
         ("transport", {_transport(dep, p) for p in dep.pools if p.role != "agg"} - {""}),

@@ -294,9 +294,14 @@ def _bad_draft_len(n: Any, lo: int, hi: int) -> bool:
 
 
 def _speculative_pool(dep: Deployment, model: dict, spec: dict, where: str, method: str, out: list[Problem]) -> None:
-    """MTP only; ``max_draft_len`` (``num_speculative_tokens``) within the catalog's range."""
+    """MTP only; ``max_draft_len`` (``num_speculative_tokens``) within the catalog's range. Left
+    out, the recipe's ``mtp_max_draft_len`` (seed 000: "The example uses 3") is what
+    :func:`llm_api_config` renders, so it is missing only when no recipe gives one."""
     lo, hi = mtp_draft_range()
     found, n = _draft_len(spec)
+    if not found:
+        n = _recipe_draft_len(dep)
+        found = n is not None
     if method != "mtp":
         problem(out, "SPECULATIVE", where,
                 f"speculative method {spec.get('method')!r} on TensorRT-LLM is not accepted for {model.get('name')}; accepted: mtp")
@@ -307,6 +312,15 @@ def _speculative_pool(dep: Deployment, model: dict, spec: dict, where: str, meth
         problem(out, "MTP_DRAFT_LEN", where,
                 f"MTP max_draft_len (num_speculative_tokens) {n!r} is not accepted on TensorRT-LLM; accepted: {lo}..{hi}",
                 f"seed 000: max_draft_len {lo} to {hi}; the example uses 3")
+
+
+def _recipe_draft_len(dep: Deployment) -> Any:
+    """The recipe's ``mtp_max_draft_len`` for the Deployment's first pool, None when none (or when
+    no recipe resolves: another rule names that)."""
+    try:
+        return base.settings_for(dep, dep.pools[0]).recipe.settings.get("mtp_max_draft_len") if dep.pools else None
+    except Exception:  # noqa: BLE001 - an unresolved recipe is reported by its own rule
+        return None
 
 
 def _speculative_config(dep: Deployment, out: list[Problem]) -> None:

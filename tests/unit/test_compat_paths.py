@@ -87,11 +87,28 @@ def test_venv_runtime_and_other_images_get_no_overlay(tmp_path):
 
 def test_gb200_sglang_disaggregated_warns_that_the_mooncake_nvlink_env_is_not_rendered(tmp_path):
     planned = planning.load(str(minimal(tmp_path, n_hosts=3, topology="disagg", **SGLANG)))
-    (w,) = [w for w in planned.warnings if w.code == "RECIPE_NOT_RENDERED"]
+    (w,) = [w for w in planned.warnings if w.code == "RECIPE_NOT_RENDERED" and "Mooncake" in w.message]
     assert "Mooncake KV transfer over NVLink with MNNVL" in w.message and SEED_001 in w.message
     assert "line 203" in w.message and "names the transport but no environment variable" in w.message
     agg = planning.load(str(minimal(tmp_path, name="agg", **SGLANG)))   # no KV transfer on one worker
-    assert not [w for w in agg.warnings if w.code == "RECIPE_NOT_RENDERED"]
+    assert not [w for w in agg.warnings if w.code == "RECIPE_NOT_RENDERED" and "Mooncake" in w.message]
+
+
+@pytest.mark.parametrize("gv,warned", [
+    ({"engine": "dynamo", "hardware": "gb200"}, True),                      # seed 001, vLLM backend
+    ({**SGLANG}, True),                                                        # seed 001, SGLang backend
+    ({"engine": "vllm", "hardware": "gb200"}, False),                       # seed 002 names no ComputeDomain
+    ({"engine": "dynamo", "hardware": "h200"}, False),
+])
+def test_dynamo_on_gb200_warns_that_the_computedomain_and_mnnvl_are_not_rendered(tmp_path, gv, warned):
+    """An independent audit of the seeds against plan --out: seed 001's GB200 targets "require a
+    ComputeDomain spanning the full NVL72 rack" and "use MNNVL for TP4 collectives"; glmops renders
+    neither (no Kubernetes DRA driver on bare hosts, no IMEX channel) and said nothing."""
+    planned = planning.load(str(minimal(tmp_path, **{"model": "glm-5.3-flash", **gv})))
+    found = [w for w in planned.warnings if w.code == "RECIPE_NOT_RENDERED" and "ComputeDomain" in w.message]
+    assert bool(found) == warned, planned.warnings
+    if warned:
+        assert "line 33" in found[0].message and "line 216" in found[0].message and SEED_001 in found[0].message
 
 
 def test_prefill_and_decode_on_one_host_share_the_overlay_placed_once(tmp_path):

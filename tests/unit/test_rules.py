@@ -41,9 +41,12 @@ def pools(gv: dict, topology: str = "disagg") -> dict:
 def test_repo_inventories_are_valid(inv, topology):
     dep = load_deployment(ROOT / "inventories" / inv, topology=topology)
     plan, problems = rules.validate(dep)
-    # the one seed part a shipped inventory's plan does not render (catalog engines.sglang.compat
-    # gb200-mooncake-nvlink-env: seed 001 names no variable for Mooncake over NVLink): a warning
-    expected = ["RECIPE_NOT_RENDERED"] if (inv, topology) == ("gb200", "disagg") else []
+    # the seed parts a shipped inventory's plan does not render, as warnings (catalog
+    # engines.sglang.compat): gb200-computedomain-mnnvl (seed 001 line 33: no ComputeDomain on bare
+    # hosts) on both GB200 topologies, gb200-mooncake-nvlink-env (no variable for Mooncake over
+    # NVLink) on the disaggregated one
+    expected = {("gb200", "agg"): ["RECIPE_NOT_RENDERED"],
+                ("gb200", "disagg"): ["RECIPE_NOT_RENDERED", "RECIPE_NOT_RENDERED"]}.get((inv, topology), [])
     assert codes(problems) == expected, problems
     assert all(p.severity == "warning" for p in problems)
     assert plan is not None and plan.services
@@ -138,6 +141,23 @@ def test_mtp_max_draft_len_on_trtllm(tmp_path, n, ok):
     else:
         assert codes(problems) == ["MTP_DRAFT_LEN"]
         assert repr(n) in problems[0].message and "accepted: 1..5" in problems[0].message
+
+
+def test_mtp_without_a_draft_len_on_trtllm_takes_the_recipes(tmp_path):
+    """Seed 000: "max_draft_len ... (1 to 5). The example uses 3." Left out, that default (read
+    from the seed's text here) is what renders; an independent audit found it refused as
+    missing, so it could never be used."""
+    import re
+
+    from seed_text import seed
+
+    want = int(re.search(r"max_draft_len: .*The example uses (\d+)\.", seed("000")).group(1))
+    gv = trtllm_b200("agg", glmops_speculative={"method": "mtp"})
+    _d, plan, problems = run(tmp_path, gv)
+    assert problems == []
+    specs = [f.content["speculative_config"] for s in plan.services for f in s.files
+             if isinstance(f.content, dict) and "speculative_config" in f.content]
+    assert specs and all(sc == {"decoding_type": "MTP", "max_draft_len": want} for sc in specs)
 
 
 @pytest.mark.parametrize("spec,needle", [
