@@ -85,8 +85,14 @@ def test_vault_values_reach_the_env_file_and_nothing_else(tmp_path, pw, how):
     ok = _glmops("validate", "-i", str(inv), *flags, **env)
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert "valid" in ok.stdout and API_KEY not in ok.stdout + ok.stderr
+    redacted = tmp_path / "redacted"  # plan --out writes secrets as <redacted> unless --with-secrets
+    proc = _glmops("plan", "-i", str(inv), "--out", str(redacted), *flags, **env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    texts = [p.read_text() for p in redacted.rglob("*") if p.is_file()]
+    assert not [t for t in texts if API_KEY in t or INLINE in t]
+    assert any("VLLM_API_KEY=<redacted>" in t and "ENGINE_TOKEN=<redacted>" in t for t in texts)
     out = tmp_path / "out"
-    proc = _glmops("plan", "-i", str(inv), "--format", "json", "--out", str(out), *flags, **env)
+    proc = _glmops("plan", "-i", str(inv), "--format", "json", "--out", str(out), "--with-secrets", *flags, **env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = proc.stdout + proc.stderr
     assert API_KEY not in printed and INLINE not in printed and "{{" not in printed
