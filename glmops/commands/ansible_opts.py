@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import shutil
 import tempfile
 
@@ -100,10 +99,6 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
         raise ValidationError(problems)
 
 
-#: a variable name that says it holds a secret (glmops_api_key, hf_token, vault_*, *password*)
-_SECRET_NAME = re.compile(r"api_?key|token|secret|passw|vault_", re.IGNORECASE)
-
-
 def _inline_to_files(tmpdir: list[str], extra: tuple[str, ...]) -> tuple[str, ...]:
     """Each inline ``-e`` (``key=value`` words, ``{...}``) as ``@FILE``: parsed as
     ``ansible-playbook`` parses it (``glmops.ansible_options.extra_vars``) and written as JSON
@@ -116,6 +111,7 @@ def _inline_to_files(tmpdir: list[str], extra: tuple[str, ...]) -> tuple[str, ..
     from ansible.parsing.dataloader import DataLoader
 
     from glmops.ansible_options import extra_vars
+    from glmops.model import is_secret
 
     out = []
     for opt in extra:
@@ -123,7 +119,7 @@ def _inline_to_files(tmpdir: list[str], extra: tuple[str, ...]) -> tuple[str, ..
             out.append(opt)
             continue
         data = extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
-        for key in sorted(k for k in data if _SECRET_NAME.search(str(k))):
+        for key in sorted(k for k in data if is_secret(str(k))):  # glmops.model's patterns
             click.echo(f"warning [SECRET_IN_ARGV] -e:{key}: its value is in this command's own argv (ps, shell "
                        "history); glmops hands it to Ansible in a 0600 file only (hint: keep it in Ansible Vault: "
                        "-e @vault.yml --vault-password-file FILE)", err=True)
