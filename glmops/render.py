@@ -24,7 +24,7 @@ from pathlib import Path
 
 from glmops import monitoring
 from glmops.engines.base import CATALOG, checkpoint_timeout_s
-from glmops.model import CONTROL_CHARS, ENV_NAME, ConfigFile, Deployment, Plan, Service
+from glmops.model import CONTROL_CHARS, ENV_NAME, ConfigFile, Deployment, Plan, Service, is_secret
 from glmops.unitsyntax import RESTART_SEC, START_LIMIT_BURST, jinja_env as _env, systemd_quote  # noqa: F401
 
 DOCKER = "/usr/bin/docker"
@@ -201,8 +201,6 @@ def redact_text(dep: Deployment, content: str) -> str:
     """``content`` with its secrets as ``<redacted>``: every ``NAME=VALUE`` line whose name or
     value is secret (``glmops.model.is_secret``: ``*API_KEY*``, ``*TOKEN``, a Vault value, ...)
     keeps its name, and every other occurrence of the API key or a Vault value is replaced."""
-    from glmops.model import is_secret
-
     values = set(dep.secret_values or ()) | ({dep.api_key} if dep.api_key else set())
     out = []
     for line in content.splitlines(keepends=True):

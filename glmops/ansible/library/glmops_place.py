@@ -18,7 +18,7 @@ Inputs (shapes):
   pending_user  a user that does not exist yet (check mode on a bare host): an owner or group
                 equal to it is neither applied nor compared
 
-``mode`` is an octal string ("0644"). A file is rewritten when its content differs (sha256);
+``mode`` is an octal string ("0644"). A file is rewritten when its content differs;
 only its mode, owner or group is fixed in place when only they differ. Check mode reports what
 would change and writes nothing; with ``--diff`` every changed non-secret file gives a
 before/after diff.
@@ -30,7 +30,6 @@ written before the failure stays written and is listed in ``paths``.
 from __future__ import annotations
 
 import grp
-import hashlib
 import os
 import pwd
 import stat
@@ -165,7 +164,7 @@ def place_file(spec: dict, pending: str = "", check: bool = False) -> tuple[bool
                 old = fh.read()
         except OSError as exc:
             raise PlaceError(f"{path}: {exc.strerror or exc}") from None
-        same = hashlib.sha256(old).digest() == hashlib.sha256(data).digest()
+        same = old == data
         if not same:
             before = old.decode(errors="replace")
     else:
