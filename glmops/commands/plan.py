@@ -79,6 +79,10 @@ def redacted(data, secret_values=frozenset()):
 def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, with_secrets: bool, strict: bool) -> None:
     """Show which services run where, with which flags (exit 2 on bad input; warnings go to
     stderr, exit 0, --strict: exit 2)."""
+    if with_secrets and out_dir is None:
+        click.echo("error: --with-secrets writes secrets into the --out tree and there is none; accepted: "
+                   "--with-secrets together with --out DIR", err=True)
+        sys.exit(2)
     if out_dir is not None and not out_dir.strip():
         click.echo("error: --out '' names no directory; accepted: a directory path", err=True)
         sys.exit(2)

@@ -147,3 +147,8 @@ def test_out_writes_secrets_redacted_unless_asked(tmp_path):
     assert res.exit_code == 0, res.output
     holders = [p for p in full.rglob("*") if p.is_file() and key in p.read_text()]
     assert holders and all(p.suffix == ".env" and stat.S_IMODE(p.stat().st_mode) == 0o600 for p in holders)
+
+
+def test_with_secrets_without_out_is_refused(tmp_path):
+    res = CliRunner().invoke(main, ["plan", "-i", inventory(tmp_path), "--with-secrets"])
+    assert res.exit_code == 2 and "--with-secrets together with --out DIR" in res.output
