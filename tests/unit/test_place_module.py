@@ -152,3 +152,35 @@ def test_the_hosts_journal_line_never_holds_a_secret_content(tmp_path, monkeypat
 def test_a_content_count_that_does_not_match_the_files_is_refused(tmp_path):
     rc, res, out = _ansible(tmp_path, {"secret_files": [{"path": str(tmp_path / "a.env")}], "secret_contents": []})
     assert rc != 0 and "secret_contents has 0 entries for 1 secret_files" in res["msg"]
+
+
+def test_absent_files_go_first_a_missing_one_is_no_change_and_a_directory_is_refused(tmp_path):
+    """The checkpoint role forgets an earlier run's progress and manifest and writes the hub
+    token in one call (roles/checkpoint/tasks/fetch_start.yml)."""
+    old, token = tmp_path / "progress.json", tmp_path / "hf_token"
+    old.write_text("{}")
+    secret = _f(token, "hf_x", "0600")
+    checked = place.place([], [], [secret], absent=[str(old), str(tmp_path / "never")], check=True)
+    assert checked["paths"] == [str(old), str(token)] and old.exists() and not token.exists()
+    out = place.place([], [], [secret], absent=[str(old), str(tmp_path / "never")])
+    assert out["paths"] == [str(old), str(token)] and not old.exists() and token.read_text() == "hf_x"
+    assert place.place([], [], [], absent=[str(old)])["changed"] is False
+    (tmp_path / "d").mkdir()
+    with pytest.raises(place.PlaceError, match=r"d: is a directory; only files are removed"):
+        place.place([], [], [], absent=[str(tmp_path / "d")])
+    rc, res, _ = _ansible(tmp_path, {"absent": ["rel/progress.json"]})
+    assert rc != 0 and res["msg"] == "absent[0] must be an absolute path, got 'rel/progress.json'"
+
+
+def test_check_mode_skips_a_pending_group_that_differs_from_the_pending_user(tmp_path):
+    """roles/checkpoint (host.yml): checkpoint_service_group may name a group other than the user;
+    in check mode on a bare host neither exists yet."""
+    d = tmp_path / "models"
+    spec = {"path": str(d), "mode": "2775", "owner": "nosuchuser-glmops", "group": "nosuchgroup-glmops"}
+    with pytest.raises(place.PlaceError, match="nosuchgroup-glmops"):
+        place.place([spec], [], [], pending=("nosuchuser-glmops", ""), check=True)
+    out = place.place([spec], [], [], pending=("nosuchuser-glmops", "nosuchgroup-glmops"), check=True)
+    assert out["paths"] == [str(d)] and not d.exists()
+    rc, res, _ = _ansible(tmp_path, {"dirs": [spec], "pending_user": "nosuchuser-glmops",
+                                     "pending_group": "nosuchgroup-glmops"}, "--check")
+    assert rc == 0 and res["changed"] and not d.exists()

@@ -15,8 +15,11 @@ Inputs (shapes):
   secret_contents [str] (same order)                      ``secret_contents``, a ``no_log`` option:
                                                           never in the host's journal, no diff, never
                                                           returned
+  absent        [path]                                 files removed before anything is placed
+                                                          (a stale progress file, say); a directory
+                                                          there is refused
   pending_user  a user that does not exist yet (check mode on a bare host): an owner or group
-                equal to it is neither applied nor compared
+  pending_group equal to one of them is neither applied nor compared
 
 ``mode`` is an octal string ("0644"). A file is rewritten when its content differs;
 only its mode, owner or group is fixed in place when only they differ. Check mode reports what
@@ -69,8 +72,17 @@ options:
     type: list
     elements: str
     default: []
+  absent:
+    description: Files to remove before anything is placed (absolute paths; a directory there is refused).
+    type: list
+    elements: str
+    default: []
   pending_user:
     description: A user or group not yet created (check mode); owners equal to it are skipped.
+    type: str
+    default: ""
+  pending_group:
+    description: A group not yet created (check mode); groups equal to it are skipped.
     type: str
     default: ""
 """
@@ -89,14 +101,16 @@ class PlaceError(Exception):
     """A path could not be brought to the Plan; ``str()`` names the path and the cause."""
 
 
-def _ids(spec: dict, pending: str) -> tuple[int, int]:
-    """uid and gid wanted by ``spec`` (-1: leave as is). Raises PlaceError on an unknown name."""
+def _ids(spec: dict, pending: str | tuple[str, ...]) -> tuple[int, int]:
+    """uid and gid wanted by ``spec`` (-1: leave as is; also for a name in ``pending``, a user or
+    group check mode has not created). Raises PlaceError on an unknown name."""
     uid = gid = -1
     owner, group = spec.get("owner") or "", spec.get("group") or ""
+    pending = (pending,) if isinstance(pending, str) else pending
     try:
-        if owner and owner != pending:
+        if owner and owner not in pending:
             uid = pwd.getpwnam(owner).pw_uid
-        if group and group != pending:
+        if group and group not in pending:
             gid = grp.getgrnam(group).gr_gid
     except KeyError as exc:
         raise PlaceError(f"{spec['path']}: no such owner or group {exc.args[0]}") from None
@@ -116,7 +130,7 @@ def _attrs_differ(st: os.stat_result, mode: int, uid: int, gid: int) -> bool:
             or (gid != -1 and st.st_gid != gid))
 
 
-def place_dir(spec: dict, pending: str = "", check: bool = False) -> bool:
+def place_dir(spec: dict, pending: str | tuple[str, ...] = "", check: bool = False) -> bool:
     """Create or fix one directory; True when it changed (or would, in check mode)."""
     path, mode = spec["path"], _mode(spec)
     uid, gid = _ids(spec, pending)
@@ -140,7 +154,7 @@ def place_dir(spec: dict, pending: str = "", check: bool = False) -> bool:
     return True
 
 
-def place_file(spec: dict, pending: str = "", check: bool = False) -> tuple[bool, str | None]:
+def place_file(spec: dict, pending: str | tuple[str, ...] = "", check: bool = False) -> tuple[bool, str | None]:
     """Write or fix one file. Returns (changed, the text before when the content changed, else None).
 
     The content is written to a temporary file in the target's directory (0600 until its
@@ -196,9 +210,29 @@ def place_file(spec: dict, pending: str = "", check: bool = False) -> tuple[bool
     return True, before
 
 
-def place(dirs: list[dict], files: list[dict], secret_files: list[dict], pending: str = "",
-          check: bool = False, want_diff: bool = False) -> dict:
-    """Bring ``dirs`` then ``files`` then ``secret_files`` to the Plan.
+def remove_file(path: str, check: bool = False) -> bool:
+    """Remove one file; True when it was there (or would be removed, in check mode). A missing
+    file is no change; a directory at ``path`` raises PlaceError."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        raise PlaceError(f"{path}: is a directory; only files are removed")
+    if check:
+        return True
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise PlaceError(f"{path}: {exc.strerror or exc}") from None
+    return True
+
+
+def place(dirs: list[dict], files: list[dict], secret_files: list[dict], pending: str | tuple[str, ...] = "",
+          check: bool = False, want_diff: bool = False, absent: list[str] = ()) -> dict:
+    """Remove ``absent``, then bring ``dirs``, ``files`` and ``secret_files`` to the Plan.
 
     Returns {"changed": bool, "paths": [str], "diff": [dict]} (``diff`` only for non-secret
     files whose content changed, and only when ``want_diff``). Raises PlaceError naming the
@@ -207,6 +241,9 @@ def place(dirs: list[dict], files: list[dict], secret_files: list[dict], pending
     paths: list[str] = []
     diff: list[dict] = []
     try:
+        for path in absent:
+            if remove_file(path, check):
+                paths.append(path)
         for spec in dirs:
             if place_dir(spec, pending, check):
                 paths.append(spec["path"])
@@ -244,7 +281,9 @@ def main() -> None:
                 "group": {"type": "str", "default": "root"},
             }},
             "secret_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
+            "absent": {"type": "list", "elements": "str", "default": []},
             "pending_user": {"type": "str", "default": ""},
+            "pending_group": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -253,13 +292,16 @@ def main() -> None:
         module.fail_json(msg=f"secret_contents has {len(p['secret_contents'])} entries for "
                              f"{len(p['secret_files'])} secret_files; give one content per file, in order")
     secret_files = [dict(spec, content=text) for spec, text in zip(p["secret_files"], p["secret_contents"])]
+    for i, path in enumerate(p["absent"]):
+        if not os.path.isabs(path):
+            module.fail_json(msg=f"absent[{i}] must be an absolute path, got {path!r}")
     for key in ("dirs", "files", "secret_files"):
         for i, spec in enumerate(p[key]):
             if not isinstance(spec.get("path"), str) or not os.path.isabs(spec["path"]):
                 module.fail_json(msg=f"{key}[{i}].path must be an absolute path, got {spec.get('path')!r}")
     try:
-        out = place(p["dirs"], p["files"], secret_files, p["pending_user"],
-                    check=module.check_mode, want_diff=module._diff)
+        out = place(p["dirs"], p["files"], secret_files, (p["pending_user"], p["pending_group"]),
+                    check=module.check_mode, want_diff=module._diff, absent=p["absent"])
     except PlaceError as exc:
         module.fail_json(msg=str(exc), paths=getattr(exc, "paths", []), changed=bool(getattr(exc, "paths", [])))
     result = {"changed": out["changed"], "paths": out["paths"]}
