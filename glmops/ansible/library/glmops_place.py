@@ -21,7 +21,9 @@ Inputs (shapes):
 ``mode`` is an octal string ("0644"). A file is rewritten when its content differs;
 only its mode, owner or group is fixed in place when only they differ. Check mode reports what
 would change and writes nothing; with ``--diff`` every changed non-secret file gives a
-before/after diff.
+before/after diff. In that diff text only (never in the written file) a long ``ExecStart=`` or
+``ExecStartPre=`` line is shown one argument per line (a flag with its value on one line) with
+systemd's `` \`` continuations (systemd.syntax(7)), so a one-flag change is a one-line diff.
 
 Returns ``changed`` and ``paths`` (every directory and file changed, in order). Fails naming the
 path and the OS error (``EACCES``, an unknown owner, a missing parent directory); what was
@@ -32,6 +34,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 import stat
 import tempfile
 
@@ -83,6 +86,9 @@ paths:
 """
 
 _DIFF_LIMIT = 256 * 1024
+#: ``ExecStart=``/``ExecStartPre=`` lines longer than this (characters) are split in the diff text
+_SPLIT_OVER = 100
+_EXEC_LINE = re.compile(r"^(ExecStart(?:Pre)?=)(.*?)(\r?\n)?\Z", re.S)
 
 
 class PlaceError(Exception):
@@ -196,6 +202,64 @@ def place_file(spec: dict, pending: str = "", check: bool = False) -> tuple[bool
     return True, before
 
 
+def _words(cmdline: str) -> list[str] | None:
+    """A unit's command line split into its words as written (quotes and escapes kept):
+    whitespace outside '...' and "..." separates words (systemd.syntax(7) quoting).
+    None when a quote is left open."""
+    words: list[str] = []
+    cur, quote, i = "", "", 0
+    while i < len(cmdline):
+        ch = cmdline[i]
+        if quote:
+            cur += ch
+            if ch == "\\" and quote == '"' and i + 1 < len(cmdline):
+                cur += cmdline[i + 1]
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in " \t":
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            if ch in "'\"":
+                quote = ch
+            cur += ch
+        i += 1
+    if cur:
+        words.append(cur)
+    return None if quote else words
+
+
+def diff_view(text: str) -> str:
+    """``text`` as the ``--diff`` output shows it (str -> str).
+
+    Each ``ExecStart=``/``ExecStartPre=`` line longer than ``_SPLIT_OVER`` characters becomes
+    one line per argument, an option (a word starting with ``-``) and the value after it on one
+    line, every line but the last ended by `` \\`` (systemd's line continuation,
+    systemd.syntax(7)); a changed flag is then one changed diff line, not the whole command.
+    Other lines, and a line with an unterminated quote, are kept as they are. Only the diff
+    shows this: the file written keeps its one-line ``ExecStart=``.
+    """
+    out = []
+    for line in text.splitlines(keepends=True):
+        m = _EXEC_LINE.match(line)
+        words = _words(m.group(2)) if m and len(m.group(2)) + len(m.group(1)) > _SPLIT_OVER else None
+        if not words or len(words) < 2:
+            out.append(line)
+            continue
+        rows, option = [words[0]], False
+        for w in words[1:]:
+            if option and not w.startswith("-"):
+                rows[-1] += " " + w
+                option = False
+            else:
+                rows.append(w)
+                option = w.startswith("-")
+        out.append(m.group(1) + " \\\n    ".join(rows) + (m.group(3) or ""))
+    return "".join(out)
+
+
 def place(dirs: list[dict], files: list[dict], secret_files: list[dict], pending: str = "",
           check: bool = False, want_diff: bool = False) -> dict:
     """Bring ``dirs`` then ``files`` then ``secret_files`` to the Plan.
@@ -220,7 +284,7 @@ def place(dirs: list[dict], files: list[dict], secret_files: list[dict], pending
                     after = str(spec.get("content", ""))
                     if len(before) + len(after) <= _DIFF_LIMIT:
                         diff.append({"before_header": spec["path"], "after_header": spec["path"],
-                                     "before": before, "after": after})
+                                     "before": diff_view(before), "after": diff_view(after)})
     except PlaceError as exc:
         exc.paths = paths  # type: ignore[attr-defined]
         raise
