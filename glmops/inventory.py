@@ -1498,7 +1498,8 @@ def _read_router(s: _Load, router_raw: Any, router_base: str, hosts: dict[str, H
 def _read_checkpoint(s: _Load) -> CheckpointSpec:
     """``glmops_checkpoint`` over the catalog variant's repo, revision and size: the weights'
     ``local_dir`` is ``<model_dir>/<repo>[/<revision>]``, which must stay below ``model_dir``
-    (PATH)."""
+    (PATH). ``size_gib`` is the planned repo's (``Catalog.weight_gib``): the variant's when it is
+    the variant's checkpoint, 0 (unknown) for a repo the catalog does not list."""
     r, variant = s.r, s.variant
     ck_raw = s.v["glmops_checkpoint"] or {}
     ck_path = s.src("glmops_checkpoint")
@@ -1518,7 +1519,7 @@ def _read_checkpoint(s: _Load) -> CheckpointSpec:
                   "accepted: a repo id and revision without '..' or '.' segments")
     return CheckpointSpec(
         repo=repo, revision=revision, model_dir=model_dir, local_dir=local_dir,
-        size_gib=float(variant.get("weight_gib") or 0.0), allow_patterns=ck["allow_patterns"] or [],
+        size_gib=s.cat.weight_gib(repo, variant) or 0.0, allow_patterns=ck["allow_patterns"] or [],
         mode=ck["mode"], offline=ck["offline"],
     )
 

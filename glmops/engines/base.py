@@ -592,5 +592,23 @@ def visible_devices(dep: Deployment, gpus: list[int]) -> dict[str, str]:
 
 
 def checkpoint_timeout_s(dep: Deployment) -> int:
-    """Seconds systemd waits for start: at least the readiness timeout, plus 10 s/GiB."""
+    """``TimeoutStartSec=`` of a worker unit (seconds): ``glmops_readiness_timeout_s``, or
+    600 s + 10 s per GiB of the checkpoint the Plan loads when that is longer.
+
+    The size is ``dep.checkpoint.size_gib``: what ``glmops.inventory`` read for the planned
+    repo from ``glmops/catalog/models.yaml`` (``weight_gib`` of the variant whose checkpoint it
+    is, ``Catalog.weight_gib``), not the model's default variant when the inventory names
+    another checkpoint; 0 (unknown, e.g. the lab's ``glmops-lab/tiny-llama``) leaves the
+    readiness timeout. See :func:`start_timeout_note` for what ``glmops plan`` says about it."""
     return int(max(dep.readiness_timeout_s, 600 + 10 * float(dep.checkpoint.size_gib or 0)))
+
+
+def start_timeout_note(dep: Deployment) -> str:
+    """The plan's line on :func:`checkpoint_timeout_s`, naming the checkpoint its size is from
+    (or that the catalog does not know that checkpoint's size)."""
+    ck, timeout = dep.checkpoint, checkpoint_timeout_s(dep)
+    if ck.size_gib:
+        why = f"checkpoint {ck.repo}, {ck.size_gib:g} GiB"
+    else:
+        why = f"the catalog has no size for checkpoint {ck.repo or '(none)'}: glmops_readiness_timeout_s, at least 600 s"
+    return f"start timeout per worker: {timeout} s ({why})"
