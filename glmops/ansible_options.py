@@ -27,11 +27,14 @@ from glmops.resources import PACKAGE
 class AnsibleOptions:
     """``extra_vars``: each ``-e`` argument as given (``@file``, ``key=value ...``, JSON/YAML);
     ``vault_ids``: each ``--vault-id`` (``[label@]source``, source a password file or script);
-    ``vault_password_files``: each ``--vault-password-file`` path. All tuples of str."""
+    ``vault_password_files``: each ``--vault-password-file`` path; ``inline_files``: the
+    ``@FILE`` paths of ``extra_vars`` that hold an inline ``-e`` (``key=value``, ``{...}``) the
+    CLI wrote to a 0600 file, so a value's origin is still named ``-e``. All tuples of str."""
 
     extra_vars: tuple[str, ...] = ()
     vault_ids: tuple[str, ...] = ()
     vault_password_files: tuple[str, ...] = ()
+    inline_files: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
         """The ``ansible-playbook`` arguments for these options (paths and -e text, no password)."""
@@ -85,11 +88,14 @@ def using(options: AnsibleOptions) -> Iterator[AnsibleOptions]:
         _CURRENT.reset(token)
 
 
-def extra_vars(loader: Any, options: AnsibleOptions | None = None) -> dict[str, Any]:
+def extra_vars(loader: Any, options: AnsibleOptions | None = None,
+               files: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``-e`` arguments of ``options`` parsed as ``ansible-playbook`` parses them
     (``ansible.utils.vars.load_extra_vars``: ``@file`` YAML/JSON, ``{...}``/``[...]`` YAML,
-    else ``key=value`` words), later ones winning. Raises ``AnsibleOptionsError`` (message
-    naming the argument) for a path without ``@`` or data that is not a mapping."""
+    else ``key=value`` words), later ones winning. ``files``, when given, is filled with
+    top-level name -> the FILE of the ``-e @FILE`` that set it last (a name set last by an
+    inline ``-e``, ``AnsibleOptions.inline_files`` included, is left out). Raises ``AnsibleOptionsError`` (message naming the argument)
+    for a path without ``@`` or data that is not a mapping."""
     from collections.abc import MutableMapping
 
     from ansible.errors import AnsibleOptionsError
@@ -97,7 +103,8 @@ def extra_vars(loader: Any, options: AnsibleOptions | None = None) -> dict[str, 
     from ansible.utils.vars import combine_vars
 
     out: dict[str, Any] = {}
-    for opt in (options or current()).extra_vars:
+    options = options or current()
+    for opt in options.extra_vars:
         if not opt:
             continue
         if opt.startswith("@"):
@@ -111,6 +118,12 @@ def extra_vars(loader: Any, options: AnsibleOptions | None = None) -> dict[str, 
         if not isinstance(data, MutableMapping):
             raise AnsibleOptionsError(f"Invalid extra vars data supplied. '{opt}' could not be made into a dictionary")
         out = combine_vars(out, data)
+        if files is not None:
+            for key in data:
+                if opt.startswith("@") and opt[1:] not in options.inline_files:
+                    files[key] = opt[1:]
+                else:
+                    files.pop(key, None)
     return out
 
 

@@ -42,6 +42,7 @@ from glmops.model import (
     checkpoint_dir,
     clip,
     is_secret,
+    set_in,
 )
 
 # The user-facing variables live in glmops.variables (one Var per variable, argument_specs shape).
@@ -259,7 +260,7 @@ class _Reader:
                 path,
                 f"value {shown(path, value)} is {_type_name(value)}; accepted: {want}"
                 + ("" if shown(path, value) == "<redacted>" else f" ({exc})"),
-                "fix the value's type in the inventory",
+                f"fix the value's type {set_in(path)}",
             )
             return False, default
         out = plain(out)
@@ -268,7 +269,7 @@ class _Reader:
             code, accepted = bad
             name = path.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
             self.problem(code, path, f"{name} {shown(path, value)} is not accepted; accepted: {accepted}",
-                         "fix the value in the inventory")
+                         f"fix the value {set_in(path)}")
             return False, default
         return True, out
 
@@ -309,7 +310,9 @@ class _Vars:
 
             manager = VariableManager(loader=loader, inventory=inventory)
             # ansible-core caches the CLI's -e once per process: this verb's -e, parsed the same way
-            manager._extra_vars = self.extra = ansible_options.extra_vars(loader)
+            #: -e name -> the FILE of the -e @FILE that set it (labels name it)
+            self.extra_files: dict[str, str] = {}
+            manager._extra_vars = self.extra = ansible_options.extra_vars(loader, files=self.extra_files)
             self._full = self._get = lambda host: manager.get_vars(host=host, include_hostvars=False)
             # Only the default vars plugin and no persistent facts: a host without host_vars files
             # differs from any other host of its groups by its inventory vars alone (see _shared)
@@ -317,7 +320,7 @@ class _Vars:
                     and C.CACHE_PLUGIN in ("memory", "ansible.builtin.memory"):
                 self._get = self._shared
         else:
-            self.extra = {}
+            self.extra, self.extra_files = {}, {}
             self._full = self._get = lambda host: hostvars[host.name]
         self._by_groups: dict[tuple, dict] = {}
         dirs = [s if os.path.isdir(s) else os.path.dirname(s) for s in inventory._sources if s and "," not in s]
@@ -360,10 +363,12 @@ class _Vars:
         return found
 
     def label(self, host: Any, key: str) -> str:
-        """Where ``key``'s value for ``host`` comes from: ``-e:<key>``, ``<inventory file>:<host>.<key>``,
-        ``<inventory file>:<group>.vars.<key>`` or ``<vars file>:<key>`` (Ansible's origin tag)."""
+        """Where ``key``'s value for ``host`` comes from: ``-e:<key>``, ``-e @<file>:<key>`` (the file
+        of ``-e @FILE``), ``<inventory file>:<host>.<key>``, ``<inventory file>:<group>.vars.<key>`` or
+        ``<vars file>:<key>`` (Ansible's origin tag); :func:`glmops.model.set_in` reads it back."""
         if key in self.extra:
-            return f"-e:{key}"
+            path = self.extra_files.get(key)
+            return f"-e @{_display_path(path)}:{key}" if path else f"-e:{key}"
         value = self.of(host).get(key)
         if key in host.vars and host.vars[key] is value:
             return f"{_display_path(host.vars.get('inventory_file') or self.root)}:{host.name}.{key}"
@@ -1010,7 +1015,8 @@ def load_deployment(
 
     Returns the Deployment; its ``sources`` map keys (``model``, ``kv_cache_dtype``,
     ``pools.prefill.tp``, ``pools.prefill.env.NAME``, ``hosts.gpu-a.gpus``, ``checkpoint.revision``,
-    ``router.port`` ...) to ``<file>:<variable path>`` (``-e:<variable>`` for extra vars);
+    ``router.port`` ...) to ``<file>:<variable path>`` (``-e:<variable>`` for extra vars,
+    ``-e @<file>:<variable>`` for those of an ``-e @FILE``);
     ``extra["problems"]`` holds the type/shape problems found while reading, including a Vault
     value no secret opens (VAULT) and a template that cannot be rendered (TEMPLATE).
     Catalog-key and cross-field checks are ``glmops.rules``'.
@@ -1498,7 +1504,10 @@ def _read_router(s: _Load, router_raw: Any, router_base: str, hosts: dict[str, H
 def _read_checkpoint(s: _Load) -> CheckpointSpec:
     """``glmops_checkpoint`` over the catalog variant's repo, revision and size: the weights'
     ``local_dir`` is ``<model_dir>/<repo>[/<revision>]``, which must stay below ``model_dir``
-    (PATH)."""
+    (PATH). ``size_gib``: ``glmops_checkpoint.size_gib`` when set, else the planned repo's
+    (``Catalog.weight_gib``), else, for a repo the catalog does not list (a private mirror, the
+    lab's tiny model), the planned variant's ``weight_gib``: a start timeout too long only waits
+    longer for a worker that fails, one too short kills a worker still loading."""
     r, variant = s.r, s.variant
     ck_raw = s.v["glmops_checkpoint"] or {}
     ck_path = s.src("glmops_checkpoint")
@@ -1516,9 +1525,16 @@ def _read_checkpoint(s: _Load) -> CheckpointSpec:
         r.problem("PATH", f"{ck_path}.repo",
                   f"checkpoint directory {local_dir!r} (model_dir/repo/revision) is not below model_dir {model_dir!r}; "
                   "accepted: a repo id and revision without '..' or '.' segments")
+    known = s.cat.weight_gib(repo, variant)
+    if ck["size_gib"] is not None:
+        size, size_from = float(ck["size_gib"]), "inventory"
+    elif known is not None:
+        size, size_from = known, "catalog"
+    else:
+        size, size_from = float(variant.get("weight_gib") or 0.0), "assumed"
     return CheckpointSpec(
         repo=repo, revision=revision, model_dir=model_dir, local_dir=local_dir,
-        size_gib=float(variant.get("weight_gib") or 0.0), allow_patterns=ck["allow_patterns"] or [],
+        size_gib=size, size_from=size_from, allow_patterns=ck["allow_patterns"] or [],
         mode=ck["mode"], offline=ck["offline"],
     )
 

@@ -143,6 +143,20 @@ def secret_paths(data: Any, prefix: str = "", secret_values: "set[str] | frozens
     return found
 
 
+def set_in(path: str) -> str:
+    """Where a hint tells the user to fix the value at ``path`` (a Problem's ``path`` as
+    ``glmops.inventory`` labels it), as words that follow a verb: ``given with -e`` for
+    ``-e:<key>``, ``in FILE (the file given with -e @FILE)`` for ``-e @FILE:<key>``,
+    ``in FILE`` for ``FILE:<key path>``, else ``in the inventory``."""
+    if path.startswith("-e @"):
+        file = path[len("-e @"):].rpartition(":")[0]
+        return f"in {file} (the file given with -e @{file})" if file else "given with -e"
+    if path == "-e" or path.startswith("-e:"):
+        return "given with -e"
+    file, sep, _ = path.rpartition(":")
+    return f"in {file}" if sep and file and not file.startswith("host ") else "in the inventory"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with the input, found before any host is touched.
@@ -282,6 +296,10 @@ class CheckpointSpec:
     model_dir: str
     local_dir: str
     size_gib: float = 0.0
+    #: where ``size_gib`` comes from, for the plan's note: ``inventory`` (glmops_checkpoint.size_gib),
+    #: ``catalog`` (the weight_gib of the variant whose repo it is) or ``assumed`` (a repo the catalog
+    #: does not list: the planned variant's weight_gib)
+    size_from: str = "catalog"
     allow_patterns: list[str] = field(default_factory=list)
     mode: str = "fanout"
     offline: bool = True

@@ -206,9 +206,8 @@ def _build(dep: Deployment) -> Plan:
     else:
         head = next(w for w in workers if w.node_rank == 0)
         endpoint = base.url(head.address, head.port)
-    timeout = base.checkpoint_timeout_s(dep)
     notes = list(ctx.notes)
-    notes.append(f"start timeout per worker: {timeout} s (checkpoint {dep.checkpoint.size_gib:g} GiB)")
+    notes.append(base.start_timeout_note(dep))
     missing = sorted({s.engine for s in workers + front if s.runtime == "container" and not s.image})  # stores: Debian packages
     if missing:
         notes.append(f"container runtime but no image for {', '.join(missing)}: set glmops_image "

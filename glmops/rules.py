@@ -31,7 +31,8 @@ from glmops.engines.problems import (  # noqa: F401  (the old private names stay
     few as _few, pool_args as _args, pool_config as _config, pool_env as _env, problem as _problem, src as _src,
     warning)
 from glmops.engines.registry import RuleFacts
-from glmops.model import REPO_ID, SECRET_VALUE, Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths
+from glmops.model import (REPO_ID, SECRET_VALUE, Deployment, Plan, PoolSpec, Problem, Service, ValidationError, secret_paths,
+                          set_in)
 from glmops.variables import CHECKPOINT_KEYS, MAX_PARALLEL, VARIABLES  # noqa: F401  (one source)
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -472,8 +473,9 @@ def _check_keys(dep: Deployment, cat: Any, out: list[Problem]) -> bool:
             what = "missing" if not value else \
                 f"{value!r} is not an engine but the catalog's {part['kind']} {part.get('name') or value!r}, " \
                 "a part of a deployment" if part else f"{value!r} is unknown"
-            _problem(out, "CATALOG_KEY", _src(dep, field, var), f"{var} {what}; accepted: {', '.join(accepted)}",
-                     f"set {var} in group_vars/all.yml")
+            where = _src(dep, field, var)
+            _problem(out, "CATALOG_KEY", where, f"{var} {what}; accepted: {', '.join(accepted)}",
+                     f"fix {var} {set_in(where)}" if value else f"set {var} in group_vars/all.yml")
             ok = False
     if dep.model in cat.models:
         variants = list(cat.models[dep.model]["variants"])

@@ -324,6 +324,9 @@ CHECKPOINT_KEYS: dict[str, Var] = {
     "mode": Var("str", "How nodes get the weights.", default="fanout", choices=("per_node", "fanout", "shared")),
     "offline": Var("bool", "Serve with `HF_HUB_OFFLINE=1` from the local snapshot.", default=True),
     "allow_patterns": Var("list", "Only download files matching these patterns.", elements="str", shown_default="all files"),
+    "size_gib": Var("int", "Size of the checkpoint in GiB: the engines' start timeout (600 s + 10 s/GiB) and the "
+                    "prechecks' disk need. Set it for a checkpoint the catalog does not list.", bounds=(1, 1048576),
+                    shown_default="the catalog's `weight_gib` of the variant whose repo it is, else of `glmops_variant`"),
 }
 
 MONITORING_KEYS: dict[str, Var] = {

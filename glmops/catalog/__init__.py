@@ -70,6 +70,18 @@ class Catalog:
         except (KeyError, TypeError):
             raise CatalogKeyError(f"variant of {model}", variant, list(variants)) from None
 
+    def weight_gib(self, repo: str, variant: dict | None = None) -> float | None:
+        """Size in GiB (2^30 bytes) of the checkpoint ``repo`` per ``models.yaml``: ``variant``'s
+        ``weight_gib`` when ``repo`` is that variant's (or it names no repo: the user's repo is
+        its checkpoint, e.g. glm-5.3 w4a8), else that of the first variant of any model whose
+        ``repo`` is ``repo``; None when the catalog does not know ``repo`` (e.g. the lab's
+        ``glmops-lab/tiny-llama``)."""
+        entries = [variant] if variant and (not variant.get("repo") or variant.get("repo") == repo) else []
+        entries += [v for m in self.models.values() for v in (m.get("variants") or {}).values()
+                    if isinstance(v, dict) and repo and v.get("repo") == repo]
+        sizes = [float(e["weight_gib"]) for e in entries if e.get("weight_gib") is not None]
+        return sizes[0] if sizes else None
+
     def hw(self, name: str) -> dict:
         """Hardware entry (arch, gpu_memory_gib, gpus_per_node, ...) for ``name``."""
         try:

@@ -147,8 +147,10 @@ def ansible_options(fn, short_e: bool = True):
                         if vid.endswith("@prompt") or vid == "prompt" else vid for vid in ids)
             files = tuple(files) + ((_password_file(tmpdir, ""),) if ask else ())
             check_extra_vars(tuple(extra))  # a bad -e ends here, before any read or run (exit 2)
-            extra = _inline_to_files(tmpdir, tuple(extra))
-            with using(AnsibleOptions(extra_vars=tuple(extra), vault_ids=ids, vault_password_files=files)) as opts:
+            given, extra = tuple(extra), _inline_to_files(tmpdir, tuple(extra))
+            inline = tuple(opt[1:] for opt in extra if opt not in given)
+            with using(AnsibleOptions(extra_vars=extra, vault_ids=ids, vault_password_files=files,
+                                      inline_files=inline)) as opts:
                 if extra:  # a run-control variable (glmops_plan_handoff, ...) in -e: exit 2, before any run
                     from glmops.planning import refuse_run_variables
 

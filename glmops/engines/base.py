@@ -592,5 +592,23 @@ def visible_devices(dep: Deployment, gpus: list[int]) -> dict[str, str]:
 
 
 def checkpoint_timeout_s(dep: Deployment) -> int:
-    """Seconds systemd waits for start: at least the readiness timeout, plus 10 s/GiB."""
+    """``TimeoutStartSec=`` of a worker unit (seconds): ``glmops_readiness_timeout_s``, or
+    600 s + 10 s per GiB of the checkpoint the Plan loads when that is longer.
+
+    The size is ``dep.checkpoint.size_gib`` as ``glmops.inventory`` read it:
+    ``glmops_checkpoint.size_gib``, else ``weight_gib`` in ``glmops/catalog/models.yaml`` of the
+    variant whose checkpoint the planned repo is (``Catalog.weight_gib``), else (a repo the catalog
+    does not list) the planned variant's. See :func:`start_timeout_note` for what ``glmops plan``
+    says about it."""
     return int(max(dep.readiness_timeout_s, 600 + 10 * float(dep.checkpoint.size_gib or 0)))
+
+
+def start_timeout_note(dep: Deployment) -> str:
+    """The plan's line on :func:`checkpoint_timeout_s`, naming the checkpoint and where its size
+    is from (and, for a repo the catalog does not list, how to give the real size)."""
+    ck, timeout = dep.checkpoint, checkpoint_timeout_s(dep)
+    why = {"inventory": f"checkpoint {ck.repo}, {ck.size_gib:g} GiB from glmops_checkpoint.size_gib",
+           "catalog": f"checkpoint {ck.repo}, {ck.size_gib:g} GiB",
+           "assumed": f"the catalog does not list checkpoint {ck.repo}: the variant's {ck.size_gib:g} GiB assumed; "
+                      "set glmops_checkpoint.size_gib to its size"}.get(ck.size_from, f"checkpoint {ck.repo}")
+    return f"start timeout per worker: {timeout} s ({why})"

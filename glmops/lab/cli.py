@@ -108,9 +108,7 @@ def up(count: int, profile: str, name: str, subnet: str, binds: tuple[str, ...],
     else:
         err.print(f"[green]ready[/green]: ansible -i {st.dir / 'inventory.yml'} lab -m ping   |   "
                   f"ssh -F {st.dir / 'ssh_config'} lab-1")
-        err.print(f"glmops verbs (validate, deploy, ...): -i a directory holding {st.dir / 'inventory.yml'} (a link "
-                  "to it is enough) and a group_vars/all.yml with glmops_model, glmops_engine, glmops_hardware; "
-                  "its glmops_lab_* variables are lab metadata every verb accepts", markup=False, soft_wrap=True)
+        err.print(core.inventory_hint(st), markup=False, soft_wrap=True)
 
 
 @lab.command()

@@ -287,6 +287,71 @@ def write_inventory(lab: LabState) -> Path:
     return path
 
 
+def shipped_inventories(root: Path | None = None) -> list[dict]:
+    """The checkout's lab inventories, ``<root>/inventories/lab*`` (``root``: the checkout,
+    ``glmops.resources.data_root()``), sorted by name, each as ``{path, key, addresses, hardware}``:
+    its ``all.vars.ansible_ssh_private_key_file``, every ``ansible_host`` of its hosts.yml in
+    order, and the ``glmops_hardware`` its ``group_vars/*.yml`` set (None: unset). ``[]`` when
+    there is no ``inventories/`` (an installed wheel ships none)."""
+    if root is None:
+        from glmops.resources import data_root
+
+        root = data_root()
+    out = []
+    for inv in sorted((Path(root) / "inventories").glob("lab*/hosts.yml")):
+        data = yaml.safe_load(inv.read_text()) or {}
+        addresses: list[str] = []
+
+        def walk(node: dict) -> None:
+            for hv in (node.get("hosts") or {}).values():
+                if isinstance(hv, dict) and hv.get("ansible_host"):
+                    addresses.append(str(hv["ansible_host"]))
+            for child in (node.get("children") or {}).values():
+                walk(child or {})
+
+        walk(data.get("all") or {})
+        hardware = None
+        for gv in sorted(inv.parent.glob("group_vars/*.yml")):
+            hardware = (yaml.safe_load(gv.read_text()) or {}).get("glmops_hardware", hardware)
+        out.append({"path": inv.parent, "addresses": addresses, "hardware": hardware,
+                    "key": ((data.get("all") or {}).get("vars") or {}).get("ansible_ssh_private_key_file")})
+    return out
+
+
+def inventory_hint(lab: LabState, root: Path | None = None) -> str:
+    """What ``lab up`` says to deploy with: the shipped inventories that address ``lab`` (its
+    key, a subset of its addresses, its profile's hardware: README.md's ``glmops deploy -i
+    inventories/lab`` after ``lab up --hosts 3 --profile cpu --name glmops``), else how to make
+    one for it from them (``shipped_inventories``). Paths below the working directory are shown
+    relative to it."""
+    def shown(path: Path) -> str:
+        rel = os.path.relpath(path)
+        return path.as_posix() if rel.startswith("..") else rel
+
+    shipped = shipped_inventories(root)
+    hardware = profiles.PROFILES[lab.profile].hardware or "cpu"
+    mine = {h.address for h in lab.hosts}
+    key = str(lab.dir / "id_ed25519")
+    fit = [inv for inv in shipped if inv["key"] == key and inv["hardware"] == hardware
+           and inv["addresses"] and set(inv["addresses"]) <= mine]
+    if fit:
+        also = ", ".join(shown(inv["path"]) for inv in fit[1:])
+        return (f"deploy to it with a shipped inventory, as README.md does: glmops deploy -i {shown(fit[0]['path'])}"
+                + (f" (this lab also fits {also})" if also else ""))
+    own = (f"-i a directory holding a link to {lab.dir / 'inventory.yml'} and a group_vars/all.yml naming "
+           "glmops_model, glmops_engine, glmops_hardware")
+    readme = next((inv for inv in shipped if inv["path"].name == "lab"), None)
+    if readme is None:
+        return f"glmops verbs (validate, deploy, ...): {own}"
+    want = next((p for p, prof in profiles.PROFILES.items() if (prof.hardware or "cpu") == readme["hardware"]), "cpu")
+    where = "" if shown(readme["path"]) == "inventories/lab" else f" ({shown(readme['path'])})"
+    return (f"README.md's inventories/lab{where} addresses the lab of `glmops lab up --hosts "
+            f"{len(readme['addresses'])} --profile {want} --name {Path(str(readme['key'])).parent.name}` "
+            f"({', '.join(readme['addresses'])}), not this one ({lab.name}, {lab.profile}, "
+            f"{', '.join(h.address for h in lab.hosts)}): for this one, a copy of it with these addresses and key "
+            f"{key}, or {own} (e.g. inventories/lab's)")
+
+
 def _start(lab: LabState, log: Log) -> None:
     """Start the detached supervisor that boots the hosts."""
     out = open(lab.dir / "supervisor.log", "ab")

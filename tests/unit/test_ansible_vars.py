@@ -413,3 +413,53 @@ def test_every_vault_file_no_secret_opens_is_named_at_once(tmp_path, pw):
     assert proc.returncode == 2
     said = proc.stdout + proc.stderr
     assert said.count("[VAULT]") == 2 and "vault.yml" in said and "vault2.yml" in said, said
+
+
+def test_a_bad_values_hint_names_where_it_came_from(tmp_path):
+    """The hint names what the user wrote the value in: -e, the file of -e @FILE, the inventory
+    file (it said "set it in group_vars/all.yml" for a value given with -e)."""
+    from click.testing import CliRunner
+
+    from glmops.cli import main
+
+    inv = tmp_path / "inv"
+    shutil.copytree(LAB, inv)
+    given = tmp_path / "extra.yml"
+    given.write_text("glmops_engine: vlm\n")
+
+    def problems(*args: str) -> list[str]:
+        res = CliRunner().invoke(main, ["validate", "-i", str(inv), *args])
+        assert res.exit_code == 2, res.output
+        return [line.strip() for line in res.output.splitlines() if line.strip().startswith("[")]
+
+    assert problems("-e", "glmops_engine=vlm") == [
+        "[CATALOG_KEY] -e:glmops_engine: glmops_engine 'vlm' is unknown; accepted: trtllm, vllm, sglang, dynamo "
+        "(hint: fix glmops_engine given with -e)"]
+    [by_file] = problems("-e", f"@{given}")
+    assert by_file.startswith(f"[CATALOG_KEY] -e @{given}:glmops_engine: ")
+    assert by_file.endswith(f"(hint: fix glmops_engine in {given} (the file given with -e @{given}))")
+    # an inline -e after the file wins, and is named -e (it reaches Ansible as a 0600 file of its own)
+    [inline] = problems("-e", f"@{given}", "-e", "glmops_engine=vllm2")
+    assert inline.startswith("[CATALOG_KEY] -e:glmops_engine: ") and inline.endswith("(hint: fix glmops_engine given with -e)")
+    [typed] = problems("-e", "glmops_max_batch_size=abc")
+    assert typed.startswith("[TYPE] -e:glmops_max_batch_size: ") and typed.endswith("(hint: fix the value's type given with -e)")
+    # the inventory file that holds it
+    gv = inv / "group_vars" / "all.yml"
+    gv.write_text(gv.read_text().replace("glmops_engine: vllm\n", "glmops_engine: vlm\n"))
+    assert problems()[0].endswith(f"(hint: fix glmops_engine in {gv})")
+    gv.write_text(gv.read_text().replace("glmops_engine: vlm\n", ""))
+    assert problems()[0].endswith("glmops_engine missing; accepted: trtllm, vllm, sglang, dynamo "
+                                  "(hint: set glmops_engine in group_vars/all.yml)")
+
+
+@pytest.mark.parametrize("path, says", [
+    ("-e:glmops_engine", "given with -e"),
+    ("-e @vars/extra.yml:glmops_checkpoint.mode", "in vars/extra.yml (the file given with -e @vars/extra.yml)"),
+    ("inventories/lab/hosts.yml:all.vars.glmops_engine", "in inventories/lab/hosts.yml"),
+    ("inventories/lab/group_vars/all.yml:glmops_engine", "in inventories/lab/group_vars/all.yml"),
+    ("glmops_engine", "in the inventory"),
+])
+def test_set_in_reads_the_inventory_labels(path, says):
+    from glmops.model import set_in
+
+    assert set_in(path) == says

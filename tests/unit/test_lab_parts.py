@@ -3,6 +3,7 @@ inventory shape. No root, no nspawn."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -354,8 +355,8 @@ def _lab(tmp_path, monkeypatch, name="nx", subnet="10.77.0.0/24", count=3, profi
 
 
 def test_the_lab_inventory_goes_to_a_verb_as_lab_up_says(tmp_path, monkeypatch):
-    """`lab up` prints: a directory holding its inventory.yml (a link) and a group_vars/all.yml with
-    the deployment's variables is a glmops inventory. Its glmops_lab_* group vars are lab metadata
+    """`lab up` prints for a lab no shipped inventory addresses: a directory holding its inventory.yml
+    (a link) and a group_vars/all.yml with the deployment's variables is a glmops inventory. Its glmops_lab_* group vars are lab metadata
     (glmops.variables.LAB_VARIABLES) that validate accepts; a misspelt one is still UNKNOWN_KEY."""
     import shutil
 
@@ -378,3 +379,57 @@ def test_the_lab_inventory_goes_to_a_verb_as_lab_up_says(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["validate", "-i", str(mine)])
     assert res.exit_code == 2 and "[UNKNOWN_KEY]" in res.output and "'glmops_lab_profil'" in res.output, res.output
     assert "glmops_lab_name" not in res.output
+
+
+def _readme_lab_up() -> tuple[dict, str]:
+    """README.md's first command: the `glmops lab up` options it gives and the inventory it deploys with."""
+    import re
+    import shlex
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(repo, "README.md"), encoding="utf-8").read()
+    line = next(x for x in text.splitlines() if "glmops lab up" in x and "glmops deploy -i" in x)
+    up = shlex.split(line.split("glmops lab up", 1)[1].split("&&", 1)[0])
+    opts = dict(zip(up[::2], up[1::2]))
+    return opts, re.search(r"glmops deploy -i (\S+)", line).group(1)
+
+
+def _state(name: str, count: int, profile: str, subnet: str = spec.DEFAULT_SUBNET) -> spec.LabState:
+    gw, addrs = spec.host_addresses(subnet, count)
+    return spec.LabState(name=name, profile=profile, subnet=subnet, gateway=gw, bridge=spec.bridge_name(name),
+                         nft_table=spec.nft_table(name), image="x",
+                         hosts=[spec.HostState(spec.host_name(i), i, addrs[i - 1], f"{name}-lab-{i}", "/d")
+                                for i in range(1, count + 1)])
+
+
+def test_lab_up_names_the_inventory_readme_deploys_with(monkeypatch):
+    """README.md: `glmops lab up --hosts 3 --profile cpu --name glmops && glmops deploy -i inventories/lab`;
+    `lab up` said to build a directory with a link to its own inventory.yml instead."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.setattr(spec, "STATE_ROOT", Path("/var/lib/glmops-lab"))  # the shipped inventories' key
+    monkeypatch.chdir(repo)
+    opts, inventory = _readme_lab_up()
+    assert opts == {"--hosts": "3", "--profile": "cpu", "--name": "glmops"} and inventory == "inventories/lab"
+    st = _state(opts["--name"], int(opts["--hosts"]), opts["--profile"])
+    assert core.inventory_hint(st) == (
+        "deploy to it with a shipped inventory, as README.md does: glmops deploy -i inventories/lab "
+        "(this lab also fits inventories/lab-dynamo, inventories/lab-dynamo-etcd)")
+    # inventories/lab-b200sim's lab (its hosts.yml: `glmops lab up --hosts 1 --profile b200-sim`)
+    assert core.inventory_hint(_state("glmops", 1, "b200-sim")) == (
+        "deploy to it with a shipped inventory, as README.md does: glmops deploy -i inventories/lab-b200sim "
+        "(this lab also fits inventories/lab-b200sim-sglang)")
+    # `glmops lab up` with its defaults (one host) or another name: what inventories/lab needs, and the way out
+    for st in (_state("glmops", 1, "cpu"), _state("other", 3, "cpu", "10.77.5.0/24"), _state("glmops", 3, "h200-sim")):
+        hint = core.inventory_hint(st)
+        assert hint.startswith("README.md's inventories/lab addresses the lab of "
+                               "`glmops lab up --hosts 3 --profile cpu --name glmops` (10.77.0.11, 10.77.0.12, 10.77.0.13), "
+                               f"not this one ({st.name}, {st.profile}, {st.hosts[0].address}"), hint
+        assert f"key {st.dir / 'id_ed25519'}, or -i a directory holding a link to {st.dir / 'inventory.yml'}" in hint
+
+
+def test_lab_up_without_a_checkout_names_its_own_inventory(tmp_path, monkeypatch):
+    monkeypatch.setattr(spec, "STATE_ROOT", tmp_path)
+    assert core.shipped_inventories(tmp_path) == []
+    assert core.inventory_hint(_state("w", 1, "cpu"), root=tmp_path) == (
+        f"glmops verbs (validate, deploy, ...): -i a directory holding a link to {tmp_path / 'w' / 'inventory.yml'} "
+        "and a group_vars/all.yml naming glmops_model, glmops_engine, glmops_hardware")

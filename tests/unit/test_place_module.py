@@ -6,6 +6,7 @@ argument parsing, check mode, ``--diff`` and no_log masking).
 """
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import os
@@ -68,6 +69,43 @@ def test_a_changed_file_is_replaced_whole_and_diffed_but_a_secret_never_is(tmp_p
     assert p.stat().st_ino != ino  # renamed over, never rewritten in place
     assert s.read_text() == "KEY=new\n"
     assert not [x for x in os.listdir(tmp_path) if x.startswith(".glmops-")]
+
+
+#: the lab's prefill unit line as ``glmops plan -i inventories/lab --out`` renders it (514 characters)
+_EXEC = ("ExecStart=/opt/glmops/venvs/vllm-0.32.0/bin/python -m vllm.entrypoints.openai.api_server "
+         "--model /models/glmops-lab/tiny-llama/fe40d458d5998d162f66364ccee30bb27f5e658f "
+         "--served-model-name tiny-llama --host 10.77.0.11 --port 8001 --tensor-parallel-size 1 "
+         "--max-model-len 512 --max-num-seqs {seqs} --max-num-batched-tokens 512 --kv-transfer-config "
+         "'{{\"kv_connector\":\"ExampleConnector\",\"kv_role\":\"kv_both\",\"kv_connector_extra_config\":"
+         "{{\"shared_storage_path\":\"/var/lib/glmops/lab/kv-shared\"}}}}' --dtype float32 --enforce-eager{more}")
+_UNIT = "[Service]\nExecStartPre=-/usr/bin/docker rm -f w0\n{exec}\nRestart=always\n"
+
+
+def _changed_lines(d: dict) -> list[str]:
+    diff = difflib.unified_diff(d["before"].splitlines(keepends=True), d["after"].splitlines(keepends=True))
+    return [x for x in diff if x[:1] in "-+" and not x.startswith(("---", "+++"))]
+
+
+def test_a_one_flag_change_of_a_long_execstart_is_a_one_line_diff_and_the_file_keeps_one_line(tmp_path):
+    p = tmp_path / "w.service"
+    old = _UNIT.format(exec=_EXEC.format(seqs=4, more=""))
+    p.write_text(old)
+    assert len(_EXEC.format(seqs=4, more="")) == 514
+    new = _UNIT.format(exec=_EXEC.format(seqs=8, more=""))
+    out = place.place([], [_f(p, new)], [], want_diff=True)
+    assert _changed_lines(out["diff"][0]) == ["-    --max-num-seqs 4 \\\n", "+    --max-num-seqs 8 \\\n"]
+    assert p.read_text() == new and sum(x.startswith("ExecStart=") for x in new.splitlines()) == 1
+    shown = out["diff"][0]["after"].splitlines()
+    # systemd's continuation: every split line but the last ends in " \\"; the short line is kept
+    at = shown.index("ExecStart=/opt/glmops/venvs/vllm-0.32.0/bin/python \\")
+    assert shown[at + 1] == "    -m vllm.entrypoints.openai.api_server \\" and shown[at - 1] == "ExecStartPre=-/usr/bin/docker rm -f w0"
+    assert shown[at + 10].startswith("    --kv-transfer-config '{") and shown[at + 12:] == ["    --enforce-eager", "Restart=always"]
+    assert " ".join(x.rstrip(" \\").strip() for x in shown[at:at + 13]) == _EXEC.format(seqs=8, more="")
+    # an added flag is one added line; check mode shows the same and writes nothing
+    more = _UNIT.format(exec=_EXEC.format(seqs=8, more=" --seed 7"))
+    out = place.place([], [_f(p, more)], [], check=True, want_diff=True)
+    assert _changed_lines(out["diff"][0]) == ["-    --enforce-eager\n", "+    --enforce-eager \\\n", "+    --seed 7\n"]
+    assert p.read_text() == new
 
 
 def test_check_mode_writes_nothing_and_skips_a_pending_owner(tmp_path):

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_STARTS = 4  # field case F32: "the unit stops after at most 4 starts"
@@ -42,8 +43,12 @@ def starts_before_refusal(interval_s: float, burst: int, restart_s: float, fail_
 
 
 def unit_directives(path: Path) -> dict[str, str]:
+    return unit_directives_text(path.read_text())
+
+
+def unit_directives_text(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         if "=" in line and not line.startswith(("#", "[")):
             key, _, value = line.partition("=")
             out.setdefault(key, value)
@@ -87,3 +92,55 @@ def test_the_replay_sees_a_window_too_short():
     # (T = 1790 s) restart forever, which the replay must see
     assert starts_before_refusal(1800, 3, 10, 1790) == 1000
     assert starts_before_refusal(1800, 3, 10, 0) == 3  # a unit that dies at once was always stopped
+
+
+def _user_inventory(root: Path, checkpoint: dict | None, **extra) -> Path:
+    """An inventory as a user writes one for the lab's tiny model on one CPU host (the model and
+    variant lines copied from inventories/lab, which serves glmops-lab/tiny-llama as bf16)."""
+    (root / "group_vars").mkdir(parents=True)
+    (root / "hosts.yml").write_text("all:\n  hosts:\n    box-1:\n      ansible_host: 10.0.0.11\n")
+    gv = {"glmops_model": "glm-5.3-flash", "glmops_variant": "bf16", "glmops_engine": "vllm",
+          "glmops_hardware": "cpu", "glmops_topologies": {"agg": {"pools": {"agg": {"hosts": ["box-1"]}}}}, **extra}
+    if checkpoint is not None:
+        gv["glmops_checkpoint"] = checkpoint
+    (root / "group_vars" / "all.yml").write_text(yaml.safe_dump(gv, sort_keys=False))
+    return root
+
+
+TINY = {"repo": "glmops-lab/tiny-llama", "revision": "fe40d458d5998d162f66364ccee30bb27f5e658f"}
+
+
+@pytest.mark.parametrize("checkpoint, extra, size, timeout, says", [
+    # a checkpoint the catalog does not list (a private mirror, the lab's tiny model): the planned
+    # variant's size is assumed (models.yaml glm-5.3-flash bf16: 612 GiB), never a shorter timeout
+    # that would kill a worker still loading, and the note says how to give the real size
+    (TINY, {}, 612, 600 + 6120, "6720 s (the catalog does not list checkpoint glmops-lab/tiny-llama: the variant's "
+                                "612 GiB assumed; set glmops_checkpoint.size_gib to its size)"),
+    # the size given (inventories/lab sets 1 GiB): 610 s, or the readiness timeout when longer
+    (TINY | {"size_gib": 1}, {}, 1, 1800, "1800 s (checkpoint glmops-lab/tiny-llama, 1 GiB from glmops_checkpoint.size_gib)"),
+    (TINY | {"size_gib": 1}, {"glmops_readiness_timeout_s": 600}, 1, 610, "610 s (checkpoint glmops-lab/tiny-llama, 1 GiB"),
+    # another catalog variant's repo: that variant's weight_gib (models.yaml fp8: 306 GiB)
+    ({"repo": "zai-org/GLM-5.3-Flash"}, {}, 306, 600 + 3060, "3660 s (checkpoint zai-org/GLM-5.3-Flash, 306 GiB)"),
+    # no repo named: the variant's own checkpoint (bf16: 612 GiB)
+    (None, {}, 612, 600 + 6120, "6720 s (checkpoint zai-org/GLM-5.3-Flash-BF16, 612 GiB)"),
+])
+def test_the_start_timeout_comes_from_the_checkpoint_the_plan_loads(tmp_path, checkpoint, extra, size, timeout, says):
+    from glmops import planning, render
+
+    planned = planning.load(str(_user_inventory(tmp_path / "inv", checkpoint, **extra)))
+    dep = planned.deployment
+    assert dep.checkpoint.size_gib == size
+    assert f"note: start timeout per worker: {says}" in "\n".join(f"note: {n}" for n in planned.plan.notes)
+    [svc] = planned.plan.services
+    assert unit_directives_text(render.unit_text(dep, svc, planned.plan))["TimeoutStartSec"] == str(timeout)
+
+
+def test_a_variant_without_a_repo_keeps_its_size_for_the_repo_the_user_names():
+    # glm-5.3 w4a8 (seed 004) names no repo: the user's glmops_checkpoint.repo is its checkpoint
+    from glmops import catalog
+
+    cat = catalog.load()
+    w4a8 = cat.variant("glm-5.3", "w4a8")
+    assert w4a8["repo"] is None and cat.weight_gib("someorg/GLM-5.3-W4A8", w4a8) == w4a8["weight_gib"]
+    assert cat.weight_gib("zai-org/GLM-5.3-BF16", cat.variant("glm-5.3-flash", "fp8")) == cat.variant("glm-5.3", "bf16")["weight_gib"]
+    assert cat.weight_gib("glmops-lab/tiny-llama", cat.variant("glm-5.3-flash", "bf16")) is None

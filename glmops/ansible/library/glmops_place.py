@@ -24,7 +24,9 @@ Inputs (shapes):
 ``mode`` is an octal string ("0644"). A file is rewritten when its content differs;
 only its mode, owner or group is fixed in place when only they differ. Check mode reports what
 would change and writes nothing; with ``--diff`` every changed non-secret file gives a
-before/after diff.
+before/after diff. In that diff text only (never in the written file) a long ``ExecStart=`` or
+``ExecStartPre=`` line is shown one argument per line (a flag with its value on one line) with
+systemd's ``\\`` continuations (systemd.syntax(7)), so a one-flag change is a one-line diff.
 
 Returns ``changed`` and ``paths`` (every directory and file changed, in order). Fails naming the
 path and the OS error (``EACCES``, an unknown owner, a missing parent directory); what was
@@ -35,6 +37,8 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
+import shlex
 import stat
 import tempfile
 
@@ -95,6 +99,9 @@ paths:
 """
 
 _DIFF_LIMIT = 256 * 1024
+#: ``ExecStart=``/``ExecStartPre=`` lines longer than this (characters) are split in the diff text
+_SPLIT_OVER = 100
+_EXEC_LINE = re.compile(r"^(ExecStart(?:Pre)?=)(.*?)(\r?\n)?\Z", re.S)
 
 
 class PlaceError(Exception):
@@ -210,6 +217,48 @@ def place_file(spec: dict, pending: str | tuple[str, ...] = "", check: bool = Fa
     return True, before
 
 
+def _words(cmdline: str) -> list[str] | None:
+    """A unit's command line split into its words as written (quotes and escapes kept):
+    whitespace outside '...' and "..." separates words (systemd.syntax(7) quoting; stdlib
+    ``shlex`` in its non-POSIX mode, which keeps the quotes). None when a quote is left open."""
+    lex = shlex.shlex(cmdline, posix=False)
+    lex.whitespace_split = True
+    lex.commenters = ""
+    try:
+        return list(lex)
+    except ValueError:  # "No closing quotation"
+        return None
+
+
+def diff_view(text: str) -> str:
+    """``text`` as the ``--diff`` output shows it (str -> str).
+
+    Each ``ExecStart=``/``ExecStartPre=`` line longer than ``_SPLIT_OVER`` characters becomes
+    one line per argument, an option (a word starting with ``-``) and the value after it on one
+    line, every line but the last ended by `` \\`` (systemd's line continuation,
+    systemd.syntax(7)); a changed flag is then one changed diff line, not the whole command.
+    Other lines, and a line with an unterminated quote, are kept as they are. Only the diff
+    shows this: the file written keeps its one-line ``ExecStart=``.
+    """
+    out = []
+    for line in text.splitlines(keepends=True):
+        m = _EXEC_LINE.match(line)
+        words = _words(m.group(2)) if m and len(m.group(2)) + len(m.group(1)) > _SPLIT_OVER else None
+        if not words or len(words) < 2:
+            out.append(line)
+            continue
+        rows, option = [words[0]], False
+        for w in words[1:]:
+            if option and not w.startswith("-"):
+                rows[-1] += " " + w
+                option = False
+            else:
+                rows.append(w)
+                option = w.startswith("-")
+        out.append(m.group(1) + " \\\n    ".join(rows) + (m.group(3) or ""))
+    return "".join(out)
+
+
 def remove_file(path: str, check: bool = False) -> bool:
     """Remove one file; True when it was there (or would be removed, in check mode). A missing
     file is no change; a directory at ``path`` raises PlaceError."""
@@ -257,7 +306,7 @@ def place(dirs: list[dict], files: list[dict], secret_files: list[dict], pending
                     after = str(spec.get("content", ""))
                     if len(before) + len(after) <= _DIFF_LIMIT:
                         diff.append({"before_header": spec["path"], "after_header": spec["path"],
-                                     "before": before, "after": after})
+                                     "before": diff_view(before), "after": diff_view(after)})
     except PlaceError as exc:
         exc.paths = paths  # type: ignore[attr-defined]
         raise
