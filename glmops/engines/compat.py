@@ -33,6 +33,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from glmops.catalog import CatalogKeyError
 from glmops.engines import base, registry
 from glmops.engines.problems import canon, dig, pool_args, pool_config, problem, src, warning
 from glmops.model import Deployment, PoolSpec, Problem
@@ -45,7 +46,7 @@ KINDS: dict[str, set[str]] = {
     "speculative_with_pp": {"methods", "models"},
     "disagg_arg": {"args"},
     "disagg_inputs": {"inputs"},
-    "not_rendered": {"why", "engines", "images", "models", "hardware", "topology", "transport"},
+    "not_rendered": {"why", "engines", "images", "models", "hardware", "arch_family", "runtime", "topology", "transport"},
     "config_value": {"key", "values", "models", "hardware", "variants"},
 }
 
@@ -100,10 +101,10 @@ def _check(dep: Deployment, cat: Any, out: list[Problem]) -> None:
             continue
         check = _CHECKS.get(str(entry.get("kind")))
         if check is not None:
-            check(dep, entry, label, out)
+            check(dep, entry, label, out, cat)
 
 
-def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem], cat: Any) -> None:
     pre, dec = dep.pool("prefill"), dep.pool("decode")
     if dep.topology != "disagg" or not (pre and dec):
         return
@@ -121,7 +122,7 @@ def _disagg_tp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> 
                 "give decode at least the prefill's tensor parallelism (the seeds run TP4/TP4 and TP8/TP8)")
 
 
-def _disagg_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+def _disagg_pp(dep: Deployment, entry: dict, label: str, out: list[Problem], cat: Any) -> None:
     if dep.topology != "disagg":
         return
     roles = [str(r) for r in entry.get("roles") or ["prefill", "decode"]]
@@ -137,7 +138,7 @@ def _disagg_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> 
                 "use tp (or tp over more nodes) instead of pp on the disaggregated pools")
 
 
-def _speculative_with_pp(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+def _speculative_with_pp(dep: Deployment, entry: dict, label: str, out: list[Problem], cat: Any) -> None:
     models = [str(m) for m in entry.get("models") or []]
     if models and dep.model not in models:
         return
@@ -156,7 +157,7 @@ def _speculative_with_pp(dep: Deployment, entry: dict, label: str, out: list[Pro
                 "use tp/ep (or more nodes of tp) instead of pp, or set glmops_speculative: {method: none}")
 
 
-def _disagg_arg(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+def _disagg_arg(dep: Deployment, entry: dict, label: str, out: list[Problem], cat: Any) -> None:
     if dep.topology != "disagg":
         return
     refused = {canon(k): v for k, v in (entry.get("args") or {}).items()}
@@ -179,7 +180,7 @@ def modalities(dep: Deployment) -> list[str]:
     return ["text"] + (["image"] if dep.multimodal else []) + (["video"] if dep.video else [])
 
 
-def _config_value(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+def _config_value(dep: Deployment, entry: dict, label: str, out: list[Problem], cat: Any) -> None:
     for key, have in (("models", dep.model), ("hardware", dep.hardware), ("variants", dep.variant)):
         want = entry.get(key)
         if want is not None and have not in [str(w) for w in want]:
@@ -196,7 +197,7 @@ def _config_value(dep: Deployment, entry: dict, label: str, out: list[Problem]) 
                     f"set {dotted} to one of {', '.join(values)}, or leave it out (the recipe's)")
 
 
-def _disagg_inputs(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+def _disagg_inputs(dep: Deployment, entry: dict, label: str, out: list[Problem], cat: Any) -> None:
     if dep.topology != "disagg":
         return
     accepted = [str(m) for m in entry.get("inputs") or []]
@@ -209,12 +210,17 @@ def _disagg_inputs(dep: Deployment, entry: dict, label: str, out: list[Problem])
                     f"set glmops_{key}: false, or serve {modality} from the agg topology")
 
 
-def _matches(dep: Deployment, entry: dict, backend: str) -> bool:
+def _matches(dep: Deployment, entry: dict, backend: str, cat: Any) -> bool:
     """Whether a ``not_rendered`` entry's optional match keys all hold for ``dep``."""
+    try:
+        family = str(cat.hw(dep.hardware).get("arch_family") or "")
+    except CatalogKeyError:  # an unknown hardware kind is the rules' own problem, not this check's
+        family = ""
     checks: list[tuple[str, set[str]]] = [
         ("engines", {dep.engine}),
         ("images", {base.seed_image(dep, dep.engine), base.seed_image(dep, backend)} - {""}),
-        ("models", {dep.model}), ("hardware", {dep.hardware}), ("topology", {dep.topology}),
+        ("models", {dep.model}), ("hardware", {dep.hardware}), ("arch_family", {family} - {""}),
+        ("runtime", {str(dep.runtime)}), ("topology", {dep.topology}),
         ("transport", {_transport(dep, p) for p in dep.pools if p.role != "agg"} - {""}),
     ]
     for key, have in checks:
@@ -227,9 +233,9 @@ def _matches(dep: Deployment, entry: dict, backend: str) -> bool:
     return True
 
 
-def _not_rendered(dep: Deployment, entry: dict, label: str, out: list[Problem]) -> None:
+def _not_rendered(dep: Deployment, entry: dict, label: str, out: list[Problem], cat: Any) -> None:
     backend = registry.backend_name(dep)
-    if not _matches(dep, entry, backend):
+    if not _matches(dep, entry, backend, cat):
         return
     warning(out, "RECIPE_NOT_RENDERED", src(dep, "image", "runtime", "hardware", "model"),
             f"the seed's {entry.get('says')} is not in this plan ({label}): {entry.get('why')} "

@@ -9,6 +9,8 @@ lines 24 and 203 ("Mooncake over NVLink with MNNVL"). The overlay's text is not 
 PyTorch's switch (torch.backends.cudnn.enabled = False) in a sitecustomize.py on the container's PYTHONPATH."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 from seed_text import seed
@@ -168,3 +170,46 @@ def test_trtllm_moe_backend_outside_the_seeds_list_is_refused_for_flash_fp8_on_b
         if not ok:
             assert "[ENGINE_COMBINATION]" in out and f"moe_config.backend '{backend}'" in out, out
             assert "accepted: AUTO, TRTLLM, DEEPGEMM" in out and "seeds/000_02b3db4c668ba297.txt lines 74-80" in out, out
+
+
+SEED_002 = "seeds/002_5e664c6e94ff2f6a.txt"
+
+
+def _seed_line(text: str, starts: str) -> tuple[int, str]:
+    """(1-based number, text after the bullet) of the seed's line that starts with ``starts``."""
+    [(n, line)] = [(i, ln) for i, ln in enumerate(text.splitlines(), 1) if ln.lstrip("• ").startswith(starts)]
+    return n, line.lstrip("• ")
+
+
+@pytest.mark.parametrize("gv,warned", [
+    ({"engine": "vllm", "hardware": "b200", "runtime": "venv"}, True),
+    ({"engine": "vllm", "hardware": "h200", "runtime": "venv"}, True),                  # Hopper: the seed's floor
+    ({"engine": "dynamo", "dynamo_backend": "vllm", "hardware": "b200", "runtime": "venv"}, True),
+    ({"engine": "vllm", "hardware": "b200", "runtime": "container"}, False),            # the seed's docker image
+    ({**SGLANG}, False),                                                                   # not vLLM
+])
+def test_glm53_flash_on_vllm_from_a_venv_warns_that_the_seed_says_docker(tmp_path, gv, warned):
+    """Seed 002's prerequisites: vLLM "use docker before the integration is included in the public
+    repo", FlashInfer 0.6.17 or newer; an independent audit found a venv plan said nothing."""
+    text = seed("002")
+    docker_n, docker = _seed_line(text, "vLLM: ")
+    docker = docker.split(": ", 1)[1]
+    fi_n, fi = _seed_line(text, "FlashInfer: ")
+    planned = planning.load(str(minimal(tmp_path, **{"model": "glm-5.3-flash", **gv})))
+    found = [w for w in planned.warnings if w.code == "RECIPE_NOT_RENDERED" and "use docker" in w.message]
+    assert bool(found) == warned, planned.warnings
+    if warned:
+        msg = found[0].message + " " + found[0].hint
+        assert f'"{docker}"' in msg and f"line {docker_n}" in msg and SEED_002 in msg
+        assert f'"{fi}"' in msg and f"line {fi_n}" in msg and "glmops_runtime: container" in msg
+        fi_min = re.search(r"FlashInfer: (\d+\.\d+\.\d+)", fi).group(1)
+        assert f"FlashInfer >= {fi_min}" in msg
+        code, lines = validate(minimal(tmp_path, name="strict", **{"model": "glm-5.3-flash", **gv}), "--strict")
+        assert code == 2 and any("RECIPE_NOT_RENDERED" in ln for ln in lines)
+
+
+def test_the_lab_inventory_on_its_cpu_stand_in_is_not_warned():
+    # inventories/lab: glm-5.3-flash on vLLM from a venv, hardware cpu (a tiny model; seed 002 line 7 names
+    # Hopper and newer GPUs, which the entry matches on)
+    planned = planning.load("inventories/lab")
+    assert not [w for w in planned.warnings if "use docker" in w.message]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from inventory_factory import trtllm_b200, vllm_b200_disagg, write_inventory
+from inventory_factory import trtllm_b200, vllm_b200_disagg, without_venv_advice, write_inventory
 
 from glmops import catalog, planning, prechecks, rules
 from glmops.commands.provision import planned_driver_branch
@@ -61,13 +61,13 @@ def test_dynamo_counts_its_vllm_backend_at_the_pinned_version():
 
 def test_a_configured_branch_below_the_need_is_refused_at_validate(tmp_path):
     gv = vllm_b200_disagg(nvidia_driver_branch="575")
-    problems = rules.validate(load_deployment(write_inventory(tmp_path / "low", gv)))[1]
+    problems = without_venv_advice(rules.validate(load_deployment(write_inventory(tmp_path / "low", gv)))[1])
     (p,) = problems
     assert p.code == "DRIVER_BRANCH" and p.path.endswith("nvidia_driver_branch")
     assert "575" in p.message and "accepted: >= 580" in p.message and "CUDA 13" in p.message
     for branch, name in (("580", "ok"), (None, "unset")):
         gv = vllm_b200_disagg(**({"nvidia_driver_branch": branch} if branch else {}))
-        assert rules.validate(load_deployment(write_inventory(tmp_path / name, gv)))[1] == []
+        assert without_venv_advice(rules.validate(load_deployment(write_inventory(tmp_path / name, gv)))[1]) == []
     gv = trtllm_b200("agg", nvidia_driver_branch="575")
     assert rules.validate(load_deployment(write_inventory(tmp_path / "trt", gv)))[1] == []
 

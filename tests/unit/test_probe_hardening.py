@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from inventory_factory import vllm_b200_disagg, write_inventory
+from inventory_factory import vllm_b200_disagg, without_venv_advice, write_inventory
 
 from glmops import rules
 from glmops.cli import main
@@ -27,8 +27,8 @@ def _problems(inv: Path) -> list:
     try:
         dep = load_deployment(inv)
     except ValidationError as exc:
-        return exc.problems
-    return rules.validate(dep)[1]
+        return without_venv_advice(exc.problems)
+    return without_venv_advice(rules.validate(dep)[1])
 
 
 def _timed(fn, limit_s: float = 15.0):

@@ -5,7 +5,7 @@ ports, or vLLM's `all` pin) beside it; cross-host NIXL over RDMA still needs the
 from __future__ import annotations
 
 import pytest
-from inventory_factory import REV, write_inventory
+from inventory_factory import REV, without_venv_advice, write_inventory
 
 from glmops import rules
 from glmops.inventory import load_deployment
@@ -27,11 +27,12 @@ def gb200_vllm_disagg(engine: str = "dynamo", **over) -> dict:
 
 def validate(tmp_path, gv, hosts=TRAYS):
     """(plan, problems) without the ComputeDomain/MNNVL RECIPE_NOT_RENDERED warning every Dynamo
-    GB200 plan carries (tests/unit/test_compat_paths.py checks it): these tests are about the KV
-    transport."""
+    GB200 plan carries and the seed 002 venv advice (tests/unit/test_compat_paths.py checks both):
+    these tests are about the KV transport."""
     dep = load_deployment(write_inventory(tmp_path / "inv", gv, hosts=hosts))
     plan, problems = rules.validate(dep)
-    return plan, [p for p in problems if not (p.code == "RECIPE_NOT_RENDERED" and "ComputeDomain" in p.message)]
+    return plan, [p for p in without_venv_advice(problems)
+                  if not (p.code == "RECIPE_NOT_RENDERED" and "ComputeDomain" in p.message)]
 
 
 def workers(plan):
