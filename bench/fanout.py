@@ -31,7 +31,11 @@ with DIR's CLI, roles and playbooks, interleaved with this tree's rows on the sa
 before/after comparison shares the machine's load; ``--rounds`` repeats everything and the
 table shows medians.
 
-Prints one table row per (N, mode) and the target ratios.
+Prints one table row per (N, mode) and the target ratios, and per row the CPU seconds the run
+used: this process and its children (the CLI, Ansible, SSH clients, the hub double's thread) plus
+the lab hosts (their cgroup), and that total over this machine's cores: the wall time no
+schedule can beat here. When the wall time is close to it, the run is CPU-bound on this machine
+(N hosts' Ansible modules, ssh, rsync and hashing on the same cores), not waiting on the design.
 """
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from deploy_scale import children_cpu_s, hosts_cpu_s  # noqa: E402
 from checkpoint_lab import (CK_COMMIT, CK_REPO, MiB, download_json, lab_up, make_checkpoint,  # noqa: E402
                             start_hub, wipe, write_inventory)
 
@@ -80,6 +86,18 @@ def phases(run_dir: Path) -> dict[str, float]:
         if "hub1" in spans:
             out["tail_s"] = max(spans["relay1"]) - max(spans["hub1"])
     return out
+
+
+CORES = os.cpu_count() or 1
+
+
+def _cpu_s(lab: str) -> tuple[float, float]:
+    """CPU seconds so far of (this process, the hub double being a thread of it, and its finished
+    children: the CLI, Ansible, SSH clients; the lab's hosts, from their cgroup)."""
+    import resource
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime + children_cpu_s(), hosts_cpu_s(lab)
 
 
 def median_rows(rows: list[dict]) -> list[dict]:
@@ -139,19 +157,24 @@ def main() -> int:
                 hub.set_faults([{"kind": "slow", "bytes_per_s": int(ns.hub_mibps * MiB), "path": "*.safetensors"}])
                 inv = write_inventory(lab, work / f"inv-{n}-{mode}.yml", names[:n], mode=mode, extra_vars=extra)
                 runs = work / "runs" / f"{rnd}-{i}-{n}-{mode}"
-                t0 = time.monotonic()
+                t0, cpu0 = time.monotonic(), _cpu_s(NAME)
                 r, out = download_json(inv, hub=hub, runs_dir=runs, root=root)
-                wall = time.monotonic() - t0
+                cpu1 = _cpu_s(NAME)
+                wall, ctl_cpu, hosts_cpu = time.monotonic() - t0, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+                cpu = ctl_cpu + hosts_cpu
                 if r.returncode != 0:
                     print(r.stdout[-3000:], r.stderr[-3000:], file=sys.stderr)
                     raise SystemExit(f"download failed for N={n} {label}")
                 hub_bytes = sum(hub.stats()["bytes_by_client"].values())
                 ph = phases(next(runs.iterdir()))
                 rows.append({"n": n, "mode": label, "wall_s": wall, "hub_bytes": hub_bytes,
-                             "hub_x": hub_bytes / total, **ph})
+                             "hub_x": hub_bytes / total, "cpu_s": cpu, "ctl_cpu_s": ctl_cpu, "hosts_cpu_s": hosts_cpu,
+                             "floor_s": cpu / CORES, **ph})
                 print(f"  N={n} {label:<13} wall {wall:6.1f} s  hub {hub_bytes / MiB:8.1f} MiB "
                       f"({hub_bytes / total:.2f}x)  hub phase {ph.get('hub_s', 0):5.1f} s  "
                       f"relay phase {ph.get('relay_s', 0):5.1f} s  tail {ph.get('tail_s', 0):5.1f} s  "
+                      f"cpu {ctl_cpu:5.1f} + hosts {hosts_cpu:5.1f} = {cpu:6.1f} s "
+                      f"(/{CORES} cores = {cpu / CORES:5.1f} s)  "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         hub.stop()
@@ -160,10 +183,12 @@ def main() -> int:
     print()
     rows = median_rows(rows)
     print(f"{'N':>2} {'mode':<14} {'wall s':>7} {'hub MiB':>9} {'hub x':>6} {'hub phase s':>12} "
-          f"{'relay phase s':>14} {'tail s':>7}  (medians of {ns.rounds} round(s))")
+          f"{'relay phase s':>14} {'tail s':>7} {'ctl cpu s':>9} {'hosts cpu s':>11} {'cpu/cores s':>12}  "
+          f"(medians of {ns.rounds} round(s))")
     for r in rows:
         print(f"{r['n']:>2} {r['mode']:<14} {r['wall_s']:7.1f} {r['hub_bytes'] / MiB:9.1f} {r['hub_x']:6.2f} "
-              f"{r.get('hub_s', 0):12.1f} {r.get('relay_s', 0):14.1f} {r.get('tail_s', 0):7.1f}")
+              f"{r.get('hub_s', 0):12.1f} {r.get('relay_s', 0):14.1f} {r.get('tail_s', 0):7.1f} "
+              f"{r['ctl_cpu_s']:9.1f} {r['hosts_cpu_s']:11.1f} {r['floor_s']:12.1f}")
     single = next((r for r in rows if r["n"] == 1), None)
     fan_ok = all(abs(r["hub_x"] - 1.0) < 1e-9 for r in rows if r["mode"].startswith("fanout") or r["n"] == 1)
     print(f"\nfanout hub bytes = 1.0x the checkpoint for every N: {'yes' if fan_ok else 'NO'}")
