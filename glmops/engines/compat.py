@@ -28,6 +28,7 @@ Rule code ``ENGINE_COMBINATION``; the message names the values, the engine and v
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -46,7 +47,8 @@ KINDS: dict[str, set[str]] = {
     "speculative_with_pp": {"methods", "models"},
     "disagg_arg": {"args"},
     "disagg_inputs": {"inputs"},
-    "not_rendered": {"why", "engines", "images", "models", "hardware", "arch_family", "runtime", "topology", "transport"},
+    "not_rendered": {"why", "engines", "images", "models", "hardware", "arch_family", "runtime", "topology",
+                     "transport"},
     "config_value": {"key", "values", "models", "hardware", "variants"},
 }
 
@@ -237,10 +239,19 @@ def _not_rendered(dep: Deployment, entry: dict, label: str, out: list[Problem], 
     backend = registry.backend_name(dep)
     if not _matches(dep, entry, backend, cat):
         return
+    facts = cat.engines.get(backend) or {}
+
+    def text(key: str) -> str:
+        """The entry's ``key`` with each ``{name}`` of a scalar of the engine's catalog entry filled in
+        (``{flashinfer_min}``: the fact stays once, in the catalog)."""
+        def fill(m: re.Match) -> str:
+            value = facts.get(m.group(1))
+            return str(value) if isinstance(value, str | int | float) else m.group(0)
+        return re.sub(r"\{(\w+)\}", fill, str(entry.get(key)))
+
     warning(out, "RECIPE_NOT_RENDERED", src(dep, "image", "runtime", "hardware", "model"),
-            f"the seed's {entry.get('says')} is not in this plan ({label}): {entry.get('why')} "
-            f"({entry.get('source')})",
-            f"{entry.get('accepted')} (glmops validate --strict refuses it)")
+            f"the seed's {text('says')} is not in this plan ({label}): {text('why')} ({text('source')})",
+            f"{text('accepted')} (glmops validate --strict refuses it)")
 
 
 #: entry kind -> its check (the kinds of :data:`KINDS`)
