@@ -51,10 +51,46 @@ from glmops.lab.toyimage import MiB, ThrottledProxy, UpstreamRegistry, make_oci_
 
 NAME = "bench-img"
 FIRST, LAST = "Copy the image by digest from its registry into the fan-out registry", "Tag the verified image"
+#: where the data phase goes: phase -> the role's tasks (by name prefix) it spans; a phase whose tasks
+#: the role does not run is not printed. Per phase: its span (first start to last end over the hosts)
+#: and the mean per-host time in it.
+PHASES = {
+    "upstream copy": ("Copy the image by digest from its registry into the fan-out registry",),
+    "hosts' copies": ("Copy the image by digest from the fan-out registry",
+                      "Fetch the image's blobs from the fan-out registry"),
+    "wait for the blobs": ("Wait for the blobs",),
+    "loads": ("Load the image",),
+    "check + tag": ("Refuse an image whose ID", "Tag the verified image"),
+}
+
+
+def phases(events: list[dict]) -> dict[str, dict[str, float]]:
+    """ansible-runner events -> {phase: {"span": s, "per_host": mean s, "hosts": n}} (see PHASES)."""
+    spans: dict[str, list[tuple[str, float, float]]] = {}
+    for ev in events:
+        data = ev.get("event_data") or {}
+        if ev.get("event") not in ("runner_on_ok", "runner_on_failed") or not data.get("start") or not data.get("end"):
+            continue
+        task = data.get("task") or ""
+        for phase, prefixes in PHASES.items():
+            if task.startswith(prefixes):
+                spans.setdefault(phase, []).append((data.get("host") or "", datetime.fromisoformat(data["start"]).timestamp(),
+                                                    datetime.fromisoformat(data["end"]).timestamp()))
+    out = {}
+    for phase in PHASES:
+        if phase in spans:
+            rows = spans[phase]
+            per_host: dict[str, float] = {}
+            for host, a, b in rows:
+                per_host[host] = per_host.get(host, 0.0) + (b - a)
+            out[phase] = {"span": max(b for _, _, b in rows) - min(a for _, a, _ in rows),
+                          "per_host": statistics.mean(per_host.values()), "hosts": len(per_host)}
+    return out
 
 
 def run_play(inventory: Path, ref: str, work: Path, hosts: list[str]) -> tuple[int, str, float]:
-    """The role on ``hosts`` through ansible-runner: (rc, stdout, seconds of the data phase)."""
+    """The role on ``hosts`` through ansible-runner: (rc, stdout, seconds of the data phase); the
+    phases of the last run are kept in ``run_play.phases``."""
     import ansible_runner
 
     work.mkdir(parents=True, exist_ok=True)
@@ -73,6 +109,7 @@ def run_play(inventory: Path, ref: str, work: Path, hosts: list[str]) -> tuple[i
             if data.get("task") == LAST:
                 ends.append(datetime.fromisoformat(data["end"]).timestamp())
     out = r.stdout.read() if hasattr(r.stdout, "read") else ""
+    run_play.phases = phases(list(r.events))
     return r.rc, out, (max(ends) - min(starts)) if starts and ends else float("nan")
 
 
@@ -149,11 +186,14 @@ def main() -> int:
                     if F.images(ssh, h).get(ref, {}).get("Id") != image.config_digest:
                         sys.exit(f"N={n}: {h} does not hold the pinned image")
             rows.append({"n": n, "wall": statistics.median(walls), "data": statistics.median(datas),
-                         "bytes": max(served)})
+                         "bytes": max(served), "phases": run_play.phases, "load1": os.getloadavg()[0]})
             row = rows[-1]
             print(f"N={n:<2} fan-out {row['wall']:6.1f} s (data phase {row['data']:5.1f} s)  "
                   f"registry {row['bytes'] / MiB:7.1f} MiB "
                   f"({row['bytes'] / single_bytes:.2f}x one host's)", flush=True)
+            print("      phases (last round; span, mean per host): " + " | ".join(
+                f"{k} {v['span']:.1f} s, {v['per_host']:.1f} s" for k, v in row["phases"].items())
+                + f" | load1 {row['load1']:.2f}", flush=True)
     finally:
         proxy.stop()
         registry.stop()
