@@ -21,6 +21,12 @@ Only what ``roles/engine_runtime`` (container mode) uses, spelled as Docker 28's
   its sha256 must equal the config's ``rootfs.diff_ids`` entry, else ``Error processing tar file``/
   ``invalid diffID``, exit 1. Prints ``Loaded image: TAG`` per tag, or ``Loaded image ID: sha256:...``
   for an untagged image (stored under its id). Without ``--input`` it reads stdin.
+* ``docker image rm [-f|--force] [--no-prune] IMAGE...`` (also ``docker rmi``): IMAGE a name or a
+  full ``sha256:`` id. A name is untagged (``Untagged: NAME``) and the image deleted when no tag is
+  left (``Deleted: ID``); an id with two or more tags -> ``Error response from daemon: conflict:
+  unable to delete ID (must be forced) - image is referenced in multiple repositories``, exit 1
+  unless ``--force`` (which removes every tag); missing -> ``Error response from daemon: No such
+  image: IMAGE``, exit 1 (the others are still removed).
 * ``docker tag SOURCE TARGET``: SOURCE a name or a full ``sha256:`` id; missing ->
   ``Error response from daemon: No such image: SOURCE``, exit 1; a TARGET with a digest ->
   ``refusing to create a tag with a digest reference``, exit 1.
@@ -216,6 +222,40 @@ def tag(args: list[str]) -> int:
     return 0
 
 
+def rm(args: list[str]) -> int:
+    opts, names = _options(args, {"--force": "bool", "-f": "bool", "=-f": "--force", "--no-prune": "bool"})
+    if not names:
+        raise Usage('"docker image rm" requires at least 1 argument.')
+    images, rc = _store(), 0
+    for name in names:
+        image = _find(name, images)
+        if image is None:
+            print(f"Error response from daemon: No such image: {name}", file=sys.stderr)
+            rc = 1
+            continue
+        by_id = image["Id"] == name
+        tags = list(image.get("RepoTags") or [])
+        if by_id and len(tags) > 1 and not opts.get("--force"):
+            print(f"Error response from daemon: conflict: unable to delete {name[7:19]} (must be forced) - "
+                  "image is referenced in multiple repositories", file=sys.stderr)
+            rc = 1
+            continue
+        drop = tags if by_id else [_ref(name)]
+        for t in drop:
+            images.pop(t, None)
+            print(f"Untagged: {t}")
+        left = [t for t in tags if t not in drop]
+        for key in [k for k, v in images.items() if v["Id"] == image["Id"]]:
+            if left:
+                images[key] = dict(images[key], RepoTags=left)
+            else:
+                images.pop(key)
+        if not left:
+            print(f"Deleted: {image['Id']}")
+    _save(images)
+    return rc
+
+
 def pull(args: list[str]) -> int:
     _, names = _options(args, {})
     if len(names) != 1:
@@ -299,6 +339,8 @@ def main(argv: list[str]) -> int:
             return load(argv[1:])
         if argv[:1] == ["tag"]:
             return tag(argv[1:])
+        if argv[:2] == ["image", "rm"] or argv[:1] == ["rmi"]:
+            return rm(argv[2:] if argv[0] == "image" else argv[1:])
         if argv[:1] == ["image"]:
             raise Usage(f"unknown command: docker image {' '.join(argv[1:2])}")
         raise Usage(f"unknown command: docker {' '.join(argv[:1])}")

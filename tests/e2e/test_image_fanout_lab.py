@@ -107,8 +107,11 @@ def test_a_host_that_loads_other_bytes_is_refused_and_named(lab, upstream, tmp_p
                   rf"the loaded image ID is (sha256:[0-9a-f]{{64}}), the pinned config digest is "
                   rf"{image.config_digest} \(manifest {image.manifest_digest}\)", " ".join(out.split()))
     assert m and m.group(1) != image.config_digest, out[-4000:]
+    assert "the refused image was removed from this host" in " ".join(out.split()), out[-3000:]
     assert {h: r["failed"] for h, r in F.recap(out).items()} == {h: int(h == bad) for h in HOSTS}, out[-3000:]
     assert ref not in F.images(_ssh(lab), bad)
+    # the refused bytes do not stay on the host (the docker double's store: tests/doubles/docker_cli_double.py)
+    assert m.group(1) not in {img["Id"] for img in F.images(_ssh(lab), bad).values()}
     for h in set(HOSTS) - {bad}:
         assert F.images(_ssh(lab), h)[ref]["Id"] == image.config_digest
     assert _fanout_left(lab) == ("inactive", "gone")  # also when the fan-out host itself was refused
