@@ -14,8 +14,8 @@ when the verb ends; the run gets that file's path.
 from __future__ import annotations
 
 import contextlib
-import os
 import contextvars
+import os
 import shlex
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -55,18 +55,24 @@ class AnsibleOptions:
 _CURRENT: contextvars.ContextVar[AnsibleOptions] = contextvars.ContextVar("glmops_ansible_options")
 
 
+#: environment of the ``ansible-playbook`` a verb runs (glmops.runner): the ``@FILE`` paths of its
+#: ``-e`` that hold an inline ``-e`` (``AnsibleOptions.inline_files``), ``os.pathsep``-separated
+INLINE_ENV = "GLMOPS_INLINE_EXTRA_VARS"
+
+
 def current() -> AnsibleOptions:
     """The options of the running verb. Outside :func:`using`: inside an ``ansible-playbook``
     process (an action plugin), that command's own ``-e``/``--vault-id``/``--vault-password-file``
-    (``ansible.context.CLIARGS``); else none."""
+    (``ansible.context.CLIARGS``), with ``inline_files`` from :data:`INLINE_ENV`; else none."""
     explicit = _CURRENT.get(None)
     if explicit is not None:
         return explicit
     cli = _ansible_cli_args()
     if cli is None:
         return AnsibleOptions()
+    inline = tuple(p for p in os.environ.get(INLINE_ENV, "").split(os.pathsep) if p)
     return AnsibleOptions(extra_vars=tuple(cli.get("extra_vars") or ()), vault_ids=tuple(cli.get("vault_ids") or ()),
-                          vault_password_files=tuple(cli.get("vault_password_files") or ()))
+                          vault_password_files=tuple(cli.get("vault_password_files") or ()), inline_files=inline)
 
 
 def _ansible_cli_args() -> Any:

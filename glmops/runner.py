@@ -223,6 +223,8 @@ def run(
         return True
 
     env = _runner_env()
+    # which of the -e @FILE hold an inline -e (a problem's place then reads -e, not the temp file)
+    env[ansible_options.INLINE_ENV] = os.pathsep.join(ansible_options.current().inline_files)
     started = time.monotonic()
     extra = {**(extravars or {}), "glmops_plan_summary": str(rundir / PLAN_SUMMARY)}
     with _secrets_out_of_environ(), _handoff(planned, extra, alternatives) as handoff:

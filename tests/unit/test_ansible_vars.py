@@ -463,3 +463,19 @@ def test_set_in_reads_the_inventory_labels(path, says):
     from glmops.model import set_in
 
     assert set_in(path) == says
+
+
+def test_deploy_names_an_inline_e_as_given_with_e_not_its_temp_file(tmp_path):
+    """A fresh-user trial: `deploy -e '{"glmops_max_seq_len": "5l2"}'` said "fix the value's type in
+    /tmp/glmops-vault-.../extra-vars-0.json (the file given with -e @...)": the plan play inside
+    ansible-playbook saw only the 0600 file the CLI wrote. The CLI now tells it which files hold an
+    inline -e (ansible_options.INLINE_ENV). The lab inventory's hosts are not up: the problem
+    stops the run before any host."""
+    inv = tmp_path / "inv"
+    shutil.copytree(LAB, inv)
+    proc = _glmops("deploy", "-i", str(inv), "-e", '{"glmops_max_seq_len": "5l2"}', cwd=tmp_path)
+    _no_traceback(proc)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "[TYPE] -e:glmops_max_seq_len: value '5l2' is str" in out and "(hint: fix the value's type given with -e)" in out
+    assert "glmops-vault-" not in out and "no host contacted" in out
