@@ -525,7 +525,10 @@ def _check_pools(dep: Deployment, hw: dict, out: list[Problem]) -> None:
     pools' total GPU demand on shared hosts."""
     roles = [p.role for p in dep.pools]
     want = ["agg"] if dep.topology == "agg" else ["prefill", "decode"]
-    if sorted(roles) != sorted(want) and not _strategy_said(dep, out):
+    # a topology outside glmops_topology's choices is the loader's CHOICE problem already: no
+    # second problem pointing at pools the user never meant to write
+    known = dep.topology in TOPOLOGIES
+    if known and sorted(roles) != sorted(want) and not _strategy_said(dep, out):
         _problem(out, "POOLS", _src(dep, "pools", "glmops_topologies"),
                  f"topology {dep.topology} has pools {roles or 'none'}; accepted: exactly {' + '.join(want)}"
                  + (" (TensorRT-LLM: context + generation)" if dep.topology == "disagg" else ""),
@@ -1628,14 +1631,14 @@ def validate(dep: Deployment) -> tuple[Plan | None, list[Problem]]:
     """Run :func:`check`, then ``glmops.plan.build`` and :func:`check_plan`.
 
     Returns ``(plan, problems)``; ``plan`` is None when it could not be built. A plan is only
-    attempted when the catalog keys are known; its own ValidationError problems are added,
+    attempted when the catalog keys and the topology are known; its own ValidationError problems are added,
     except placement problems for a pool already reported by :func:`check`.
     No Vault plain text leaves it in a problem, whichever rule quoted it (:func:`redacted`, one place).
     """
     secrets = dep.secret_values or ()
     problems = check(dep)
-    if any(p.code == "CATALOG_KEY" for p in problems):
-        return None, redacted(problems, secrets)
+    if any(p.code == "CATALOG_KEY" for p in problems) or dep.topology not in TOPOLOGIES:
+        return None, redacted(problems, secrets)  # nothing to plan (an unknown topology is the loader's CHOICE)
     if any(_bad_sizes(pool) for pool in dep.pools) or \
             any(p.code == "PARALLELISM" for p in dep.problems or []):
         return None, redacted(problems, secrets)  # out-of-range sizes (the loader's or ours): placing them would not end

@@ -736,3 +736,11 @@ def test_ports_outside_the_unprivileged_range_are_refused(tmp_path, where, port,
     _d, _p, problems = run(tmp_path, gv)
     msgs = [p.message for p in problems if p.code == "PORT"]
     assert any(needle in m and "accepted: 1024..65535" in m for m in msgs), problems
+
+
+def test_an_unknown_topology_is_one_choice_problem_and_no_pools_problem(tmp_path):
+    """A fresh-user trial: `plan -e glmops_topology=disag` also got a POOLS problem pointing at
+    group_vars/all.yml's glmops_topologies.disag.pools, a file the user never touched."""
+    dep, plan, problems = run(tmp_path, vllm_b200_disagg(glmops_topology="disag"))
+    assert plan is None and codes(problems) == ["CHOICE"], problems
+    assert "glmops_topology 'disag' is not accepted; accepted: agg, disagg" in problems[0].message
