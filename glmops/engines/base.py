@@ -604,11 +604,14 @@ def checkpoint_timeout_s(dep: Deployment) -> int:
 
 
 def start_timeout_note(dep: Deployment) -> str:
-    """The plan's line on :func:`checkpoint_timeout_s`, naming the checkpoint and where its size
-    is from (and, for a repo the catalog does not list, how to give the real size)."""
+    """The plan's line on :func:`checkpoint_timeout_s`: the seconds, the rule (the longer of the
+    readiness timeout and 600 s + 10 s/GiB) with its inputs, the checkpoint and where its size is
+    from (and, for a repo the catalog does not list, how to give the real size)."""
     ck, timeout = dep.checkpoint, checkpoint_timeout_s(dep)
-    why = {"inventory": f"checkpoint {ck.repo}, {ck.size_gib:g} GiB from glmops_checkpoint.size_gib",
-           "catalog": f"checkpoint {ck.repo}, {ck.size_gib:g} GiB",
-           "assumed": f"the catalog does not list checkpoint {ck.repo}: the variant's {ck.size_gib:g} GiB assumed; "
+    size = float(ck.size_gib or 0)
+    why = {"inventory": f"checkpoint {ck.repo}, {size:g} GiB from glmops_checkpoint.size_gib",
+           "catalog": f"checkpoint {ck.repo}, {size:g} GiB",
+           "assumed": f"the catalog does not list checkpoint {ck.repo}: the variant's {size:g} GiB assumed; "
                       "set glmops_checkpoint.size_gib to its size"}.get(ck.size_from, f"checkpoint {ck.repo}")
-    return f"start timeout per worker: {timeout} s ({why})"
+    return (f"start timeout per worker: {timeout} s, the longer of glmops_readiness_timeout_s "
+            f"({dep.readiness_timeout_s} s) and 600 s + 10 s/GiB x {size:g} GiB ({why})")

@@ -114,15 +114,15 @@ TINY = {"repo": "glmops-lab/tiny-llama", "revision": "fe40d458d5998d162f66364cce
     # a checkpoint the catalog does not list (a private mirror, the lab's tiny model): the planned
     # variant's size is assumed (models.yaml glm-5.3-flash bf16: 612 GiB), never a shorter timeout
     # that would kill a worker still loading, and the note says how to give the real size
-    (TINY, {}, 612, 600 + 6120, "6720 s (the catalog does not list checkpoint glmops-lab/tiny-llama: the variant's "
+    (TINY, {}, 612, 600 + 6120, "(the catalog does not list checkpoint glmops-lab/tiny-llama: the variant's "
                                 "612 GiB assumed; set glmops_checkpoint.size_gib to its size)"),
     # the size given (inventories/lab sets 1 GiB): 610 s, or the readiness timeout when longer
-    (TINY | {"size_gib": 1}, {}, 1, 1800, "1800 s (checkpoint glmops-lab/tiny-llama, 1 GiB from glmops_checkpoint.size_gib)"),
-    (TINY | {"size_gib": 1}, {"glmops_readiness_timeout_s": 600}, 1, 610, "610 s (checkpoint glmops-lab/tiny-llama, 1 GiB"),
+    (TINY | {"size_gib": 1}, {}, 1, 1800, "(checkpoint glmops-lab/tiny-llama, 1 GiB from glmops_checkpoint.size_gib)"),
+    (TINY | {"size_gib": 1}, {"glmops_readiness_timeout_s": 600}, 1, 610, "(checkpoint glmops-lab/tiny-llama, 1 GiB"),
     # another catalog variant's repo: that variant's weight_gib (models.yaml fp8: 306 GiB)
-    ({"repo": "zai-org/GLM-5.3-Flash"}, {}, 306, 600 + 3060, "3660 s (checkpoint zai-org/GLM-5.3-Flash, 306 GiB)"),
+    ({"repo": "zai-org/GLM-5.3-Flash"}, {}, 306, 600 + 3060, "(checkpoint zai-org/GLM-5.3-Flash, 306 GiB)"),
     # no repo named: the variant's own checkpoint (bf16: 612 GiB)
-    (None, {}, 612, 600 + 6120, "6720 s (checkpoint zai-org/GLM-5.3-Flash-BF16, 612 GiB)"),
+    (None, {}, 612, 600 + 6120, "(checkpoint zai-org/GLM-5.3-Flash-BF16, 612 GiB)"),
 ])
 def test_the_start_timeout_comes_from_the_checkpoint_the_plan_loads(tmp_path, checkpoint, extra, size, timeout, says):
     from glmops import planning, render
@@ -130,7 +130,10 @@ def test_the_start_timeout_comes_from_the_checkpoint_the_plan_loads(tmp_path, ch
     planned = planning.load(str(_user_inventory(tmp_path / "inv", checkpoint, **extra)))
     dep = planned.deployment
     assert dep.checkpoint.size_gib == size
-    assert f"note: start timeout per worker: {says}" in "\n".join(f"note: {n}" for n in planned.plan.notes)
+    [note] = [n for n in planned.plan.notes if n.startswith("start timeout per worker")]
+    # the rule and its inputs (glmops.engines.base.checkpoint_timeout_s), then where the size is from
+    assert note.startswith(f"start timeout per worker: {timeout} s, the longer of glmops_readiness_timeout_s "
+                           f"({dep.readiness_timeout_s} s) and 600 s + 10 s/GiB x {size:g} GiB {says}"), note
     [svc] = planned.plan.services
     assert unit_directives_text(render.unit_text(dep, svc, planned.plan))["TimeoutStartSec"] == str(timeout)
 
