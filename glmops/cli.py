@@ -13,7 +13,7 @@ import click
 # verb -> (module:attribute of a click command, one-line help shown by --help)
 VERBS: dict[str, tuple[str, str]] = {
     "validate": ("glmops.commands.core:validate", "Check an inventory; print every problem (exit 2)."),
-    "plan": ("glmops.commands.core:plan", "Show which services run where, with which flags."),
+    "plan": ("glmops.commands.core:plan", "Show which services run where; their flags with --format yaml, their files with --out."),
     "known-hosts": ("glmops.commands.hostkeys:known_hosts", "Accept the SSH host keys of the inventory's hosts (ssh-keyscan)."),
     "targets": ("glmops.commands.monitoring:targets", "Print the deployment's Prometheus scrape targets (file_sd JSON)."),
     "lab": ("glmops.lab.cli:lab", "Local systemd-nspawn hosts to rehearse on."),

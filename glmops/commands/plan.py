@@ -77,8 +77,8 @@ def redacted(data, secret_values=frozenset()):
               help="With --out: write secrets (API key, Vault values) as a deploy places them, not <redacted>.")
 @STRICT
 def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, with_secrets: bool, strict: bool) -> None:
-    """Show which services run where, with which flags (exit 2 on bad input; warnings go to
-    stderr, exit 0, --strict: exit 2)."""
+    """Show which services run where; each one's flags with --format yaml, every file a deploy
+    would place with --out (exit 2 on bad input; warnings go to stderr, exit 0, --strict: exit 2)."""
     if with_secrets and out_dir is None:
         click.echo("error: --with-secrets writes secrets into the --out tree and there is none; accepted: "
                    "--with-secrets together with --out DIR", err=True)
