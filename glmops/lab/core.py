@@ -492,6 +492,14 @@ def down(name: str = DEFAULT_NAME, log: Log = print, timeout: float = 20.0) -> b
         netsetup.host_settings_release(name)
     # 5. files
     if not errors and d.exists():
+        # one line per host (its tree holds its engine venvs: GBs, a minute on a slow disk), so a
+        # long removal shows progress instead of one silent step
+        hosts_dir = d / "hosts"
+        if hosts_dir.is_dir() and not hosts_dir.is_symlink():
+            for entry in sorted(hosts_dir.iterdir()):
+                if entry.is_dir() and not entry.is_symlink():
+                    log(f"removing {entry}")
+                    shutil.rmtree(entry)
         log(f"removing {d}")
         shutil.rmtree(d)
     if not errors and spec.shared_dir(name).exists():
