@@ -1,0 +1,56 @@
+"""Bad input found by the bad-input review (feeding glmops the inputs a user may get wrong):
+each ends with exit 2 and a problem naming the argument, the value and what is accepted, within
+seconds, before any host is touched, without printing a secret. Inventories are written as a
+user would, in a tmp dir; nothing is contacted."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from inventory_factory import vllm_b200_disagg, write_inventory
+
+from glmops.cli import main
+
+_BOMB = "\n".join(['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+                  + [f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi")]) + "\n"
+
+
+def _validate(inv: Path, *args: str, limit_s: float = 15.0):
+    start = time.monotonic()
+    r = CliRunner().invoke(main, ["validate", "-i", str(inv), *args])
+    assert time.monotonic() - start < limit_s, f"took {time.monotonic() - start:.1f} s: {r.output}"
+    return r
+
+
+@pytest.mark.parametrize("how", ["file", "inline"])
+def test_an_extra_vars_alias_bomb_exits_2_at_once(tmp_path, how):
+    # it ran for minutes: the inventory's files had the alias-bomb limit, -e did not
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    bomb = tmp_path / "bomb.yml"
+    bomb.write_text(_BOMB)
+    arg = f"@{bomb}" if how == "file" else "{" + ", ".join(_BOMB.strip().splitlines()) + "}"
+    r = _validate(inv, "-e", arg)
+    assert r.exit_code == 2, r.output
+    assert "EXTRA_VARS" in r.output and "200,000 YAML nodes" in r.output and "accepted: at most" in r.output, r.output
+
+
+def test_an_extra_vars_file_over_the_inventory_file_limit_exits_2_naming_it(tmp_path, monkeypatch):
+    from glmops import inventory
+
+    monkeypatch.setattr(inventory, "MAX_FILE_BYTES", 1000)
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    big = tmp_path / "big.yml"
+    big.write_text("".join(f"pad_{i}: xxxxxxxxxx\n" for i in range(200)))
+    r = _validate(inv, "-e", f"@{big}")
+    assert r.exit_code == 2, r.output
+    assert "EXTRA_VARS" in r.output and str(big) in r.output and "accepted: at most 1,000 bytes" in r.output, r.output
+
+
+def test_a_small_extra_vars_file_with_aliases_still_reads(tmp_path):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    ok = tmp_path / "ok.yml"
+    ok.write_text("base: &b {glmops_max_batch_size: 8}\nglmops_max_batch_size: 16\n")
+    r = _validate(inv, "-e", f"@{ok}")
+    assert "EXTRA_VARS" not in r.output, r.output
