@@ -85,13 +85,25 @@ def _alias_bomb(opt: str, shown: str) -> Problem | None:
     return None
 
 
+def _names_a_secret(opt: str) -> bool:
+    """True when the inline ``-e`` text ``opt`` names a secret (a word such as ``glmops_api_key``
+    or ``HF_TOKEN``) or holds one (a token, a URL with a password: ``glmops.model.is_secret``),
+    so a problem about it must not quote it."""
+    import re
+
+    from glmops.model import is_secret
+
+    return is_secret("", opt) or any(is_secret(word) for word in re.findall(r"[\w.-]+", opt))
+
+
 def check_extra_vars(extra: tuple[str, ...]) -> None:
     """Parse every ``-e`` argument as ``ansible-playbook`` would (``glmops.ansible_options.extra_vars``);
     raise ValidationError (exit 2) with one EXTRA_VARS problem per bad argument, naming it: an
     ``@FILE`` that does not exist or is not a regular file, data beyond an inventory file's limits
     (an ``@FILE`` over ``glmops.inventory.MAX_FILE_BYTES``, an alias bomb: :func:`_alias_bomb`),
     YAML/JSON that does not parse, data that is not a mapping. A Vault-encrypted ``@FILE`` is only
-    checked to exist and for its size (its secret is loaded with the inventory's)."""
+    checked to exist and for its size (its secret is loaded with the inventory's). An inline
+    argument that names or holds a secret (:func:`_names_a_secret`) is shown as ``'<redacted>'``."""
     if not extra:
         return
     from ansible.parsing.dataloader import DataLoader
@@ -101,7 +113,8 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
 
     problems = []
     for opt in extra:
-        shown = clip(repr(opt))
+        secret = not opt.startswith("@") and _names_a_secret(opt)
+        shown = "'<redacted>' (it names or holds a secret)" if secret else clip(repr(opt))
         if opt.startswith("@"):
             path = opt[1:]
             if not os.path.isfile(path):
@@ -133,6 +146,9 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
             extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
         except Exception as exc:  # noqa: BLE001 - AnsibleParserError, AnsibleOptionsError, ...
             first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+            if secret:  # Ansible's message may quote the argument
+                first = first.replace(opt, "<redacted>")
+                first = type(exc).__name__ if _names_a_secret(first) else first
             problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars argument -e {shown} cannot be read "
                                     f"({clip(first, 200)}); accepted: {_ACCEPTED_E}",
                                     "this is the -e/--extra-vars argument, not the inventory: fix or quote it"))

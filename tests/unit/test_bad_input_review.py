@@ -54,3 +54,19 @@ def test_a_small_extra_vars_file_with_aliases_still_reads(tmp_path):
     ok.write_text("base: &b {glmops_max_batch_size: 8}\nglmops_max_batch_size: 16\n")
     r = _validate(inv, "-e", f"@{ok}")
     assert "EXTRA_VARS" not in r.output, r.output
+
+
+@pytest.mark.parametrize("arg", ['{"glmops_api_key": "sk-TOPSECRETvalue123456"', '["glmops_api_key", "pw-TOPSECRETvalue"]',
+                                 '{"glmops_env": {"HF_TOKEN": "TOPSECRETvalue"', '{"x": "https://u:TOPSECRETvalue@h.invalid/"'])
+def test_a_bad_extra_vars_argument_holding_a_secret_is_not_quoted(tmp_path, arg):
+    # the problem quoted the whole argument, API key and all (twice, and once more in Ansible's reason)
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = _validate(inv, "-e", arg)
+    assert r.exit_code == 2, r.output
+    assert "EXTRA_VARS" in r.output and "'<redacted>'" in r.output and "TOPSECRET" not in r.output, r.output
+
+
+def test_a_bad_extra_vars_argument_without_a_secret_is_quoted(tmp_path):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = _validate(inv, "-e", '{"glmops_max_batch_size": 1')
+    assert r.exit_code == 2 and """-e '{"glmops_max_batch_size": 1'""" in r.output, r.output
