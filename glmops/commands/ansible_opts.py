@@ -101,7 +101,9 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
     raise ValidationError (exit 2) with one EXTRA_VARS problem per bad argument, naming it: an
     ``@FILE`` that does not exist or is not a regular file, data beyond an inventory file's limits
     (an ``@FILE`` over ``glmops.inventory.MAX_FILE_BYTES``, an alias bomb: :func:`_alias_bomb`),
-    YAML/JSON that does not parse, data that is not a mapping. A Vault-encrypted ``@FILE`` is only
+    YAML/JSON that does not parse, data that is not a mapping, ``key=value`` text with words that
+    are not ``key=value`` (Ansible keeps them as ``_raw_params`` and no variable gets them:
+    ``-e 'glmops_max_batch_size 64'``, JSON after ``key=`` split at its spaces). A Vault-encrypted ``@FILE`` is only
     checked to exist and for its size (its secret is loaded with the inventory's). An inline
     argument that names or holds a secret (:func:`_names_a_secret`) is shown as ``'<redacted>'``."""
     if not extra:
@@ -143,7 +145,7 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
             problems.append(bomb)
             continue
         try:
-            extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
+            data = extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
         except Exception as exc:  # noqa: BLE001 - AnsibleParserError, AnsibleOptionsError, ...
             first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
             if secret:  # Ansible's message may quote the argument
@@ -152,6 +154,13 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
             problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars argument -e {shown} cannot be read "
                                     f"({clip(first, 200)}); accepted: {_ACCEPTED_E}",
                                     "this is the -e/--extra-vars argument, not the inventory: fix or quote it"))
+            continue
+        if opt[:1] not in ("@", "[", "{") and "_raw_params" in data:  # Ansible's parse_kv keeps such words there
+            words = "" if secret else f" ({clip(repr(str(data['_raw_params'])), 80)})"
+            problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"-e {shown} has text that is not key=value{words}, "
+                                    f"which sets no variable (Ansible keeps it as _raw_params); accepted: {_ACCEPTED_E}",
+                                    "quote a value with spaces (key='a b'), and give a structured value as one JSON/YAML "
+                                    """mapping: -e '{"glmops_checkpoint": {"size_gib": 300}}'"""))
     if problems:
         raise ValidationError(problems)
 

@@ -70,3 +70,25 @@ def test_a_bad_extra_vars_argument_without_a_secret_is_quoted(tmp_path):
     inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
     r = _validate(inv, "-e", '{"glmops_max_batch_size": 1')
     assert r.exit_code == 2 and """-e '{"glmops_max_batch_size": 1'""" in r.output, r.output
+
+
+@pytest.mark.parametrize("arg,words", [("glmops_max_batch_size 64", "'glmops_max_batch_size 64'"),
+                                       ('glmops_checkpoint={"size_gib": 300}', "'300}'"), ("justaword", "'justaword'")])
+def test_extra_vars_words_that_are_not_key_value_exit_2_naming_them(tmp_path, arg, words):
+    # they passed (exit 0) as the variable _raw_params: -e 'glmops_max_batch_size 64' changed nothing
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = _validate(inv, "-e", arg)
+    assert r.exit_code == 2, r.output
+    assert "EXTRA_VARS" in r.output and f"not key=value ({words})" in r.output and "accepted:" in r.output, r.output
+
+
+def test_extra_vars_words_that_are_not_key_value_are_not_quoted_when_secret(tmp_path):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = _validate(inv, "-e", "glmops_api_key= sk-TOPSECRETvalue123456")
+    assert r.exit_code == 2 and "not key=value" in r.output and "TOPSECRET" not in r.output, r.output
+
+
+def test_key_value_words_with_a_quoted_space_still_read(tmp_path):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = _validate(inv, "-e", "glmops_max_batch_size=8 other_var='a b'")
+    assert "EXTRA_VARS" not in r.output, r.output
