@@ -92,3 +92,28 @@ def test_key_value_words_with_a_quoted_space_still_read(tmp_path):
     inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
     r = _validate(inv, "-e", "glmops_max_batch_size=8 other_var='a b'")
     assert "EXTRA_VARS" not in r.output, r.output
+
+
+def _plan_out(tmp_path, out: str):
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    return CliRunner().invoke(main, ["plan", "-i", str(inv), "--out", out])
+
+
+def test_plan_out_that_cannot_be_written_exits_2_naming_it(tmp_path):
+    # it ended with exit 1 and 'error: NotADirectoryError: [Errno 20] ...'
+    (tmp_path / "a-file").write_text("x")
+    for out in (str(tmp_path / "a-file" / "sub"), "/dev/null"):
+        r = _plan_out(tmp_path, out)
+        assert r.exit_code == 2, r.output
+        assert f"--out {out!r} cannot be written: Not a directory" in r.output and "accepted:" in r.output, r.output
+        assert "NotADirectoryError" not in r.output, r.output
+
+
+def test_plan_out_root_is_refused_before_writing(tmp_path, monkeypatch):
+    # as root it wrote /node-0/etc/... and /_monitoring/...
+    from glmops import render
+
+    monkeypatch.setattr(render, "write_tree", lambda *a, **k: pytest.fail("write_tree was called"))
+    for out in ("/", "//", "/."):
+        r = _plan_out(tmp_path, out)
+        assert r.exit_code == 2 and "is the root directory" in r.output and "accepted:" in r.output, r.output
