@@ -117,3 +117,43 @@ def test_plan_out_root_is_refused_before_writing(tmp_path, monkeypatch):
     for out in ("/", "//", "/."):
         r = _plan_out(tmp_path, out)
         assert r.exit_code == 2 and "is the root directory" in r.output and "accepted:" in r.output, r.output
+
+
+def test_plan_out_with_secrets_never_leaves_a_file_readable_by_others_while_writing(tmp_path, monkeypatch):
+    # write_text then chmod: the API key's env file was 0644 (umask 022) until the chmod
+    import os
+    import stat
+
+    from glmops import render
+
+    seen: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def watching_open(path, flags, mode=0o777, *a, **k):
+        fd = real_open(path, flags, mode, *a, **k)
+        if flags & os.O_WRONLY and str(path).startswith(str(tmp_path / "out")):
+            seen.append((str(path), stat.S_IMODE(os.fstat(fd).st_mode)))
+        return fd
+
+    import io
+
+    real_io_open = io.open
+
+    def watching_io_open(path, mode="r", *a, **k):  # Path.write_text's way in
+        fh = real_io_open(path, mode, *a, **k)
+        if "w" in mode and str(path).startswith(str(tmp_path / "out")):
+            seen.append((str(path), stat.S_IMODE(os.fstat(fh.fileno()).st_mode)))
+        return fh
+
+    old = os.umask(0o022)
+    try:
+        monkeypatch.setattr(render.os, "open", watching_open)
+        monkeypatch.setattr(io, "open", watching_io_open)
+        inv = write_inventory(tmp_path / "inv", vllm_b200_disagg(glmops_api_key="sk-apikeyvalue0123456789"))
+        r = CliRunner().invoke(main, ["plan", "-i", str(inv), "--out", str(tmp_path / "out"), "--with-secrets"])
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    env_files = [p for p, _m in seen if p.endswith(".env")]
+    assert env_files and all(m & 0o077 == 0 for _p, m in seen), seen
+    assert all(stat.S_IMODE(os.stat(p).st_mode) == 0o600 for p in env_files)
