@@ -157,3 +157,12 @@ def test_plan_out_with_secrets_never_leaves_a_file_readable_by_others_while_writ
     env_files = [p for p, _m in seen if p.endswith(".env")]
     assert env_files and all(m & 0o077 == 0 for _p, m in seen), seen
     assert all(stat.S_IMODE(os.stat(p).st_mode) == 0o600 for p in env_files)
+
+
+def test_memory_fit_from_an_inventory_size_gib_names_it(tmp_path):
+    # it said 'weights 1000 GiB' with a hint about tp/pp and GPUs only, the place a catalog layout
+    inv = write_inventory(tmp_path / "inv", vllm_b200_disagg())
+    r = _validate(inv, "-e", '{"glmops_checkpoint": {"size_gib": 5000}}')
+    assert r.exit_code == 2, r.output
+    line = next(x for x in r.output.splitlines() if "MEMORY_FIT" in x)
+    assert "5000 GiB (from -e:glmops_checkpoint.size_gib)" in line and "correct glmops_checkpoint.size_gib" in line, line
