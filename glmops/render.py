@@ -245,7 +245,13 @@ def write_tree(dep: Deployment, plan: Plan, out_dir: str | os.PathLike, secrets:
         targets.append((path, f))
     for path, f in targets:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f.content if secrets else redact_text(dep, f.content), encoding="utf-8")
-        path.chmod(int(f.mode, 8))
+        # owner-only while the content is written, then the file's mode: a 0600 env file with
+        # --with-secrets is never readable by others in between (umask 022 made it 0644 first)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fd, 0o600)
+            fh.write(f.content if secrets else redact_text(dep, f.content))
+            fh.flush()
+            os.fchmod(fd, int(f.mode, 8))
         written.append(path)
     return written

@@ -777,12 +777,15 @@ def _check_memory(dep: Deployment, variant: dict, hw: dict, cat: Any, out: list[
         per_gpu = size / _shards(pool)
         if per_gpu > usable:
             need = size / usable
+            given = dep.checkpoint.size_gib and dep.checkpoint.size_from == "inventory"
             _problem(out, "MEMORY_FIT", _src(dep, f"pools.{pool.role}.tp", f"pools.{pool.role}"),
-                     f"{dep.model} {dep.variant} weights {size:g} GiB over {_shards(pool)} GPUs (pool {pool.role} tp {pool.tp} x pp {pool.pp}"
+                     f"{dep.model} {dep.variant} weights {size:g} GiB"
+                     f"{' (from ' + _src(dep, 'checkpoint.size_gib') + ')' if given else ''} over {_shards(pool)} GPUs (pool {pool.role} tp {pool.tp} x pp {pool.pp}"
                      f"{f' x dp {pool.dp}' if _shards(pool) != pool.tp * pool.pp else ''}) = {per_gpu:.1f} GiB per GPU, more than "
                      f"{usable:.1f} GiB usable of {mem:g} GiB on {hw.get('name')} ({int(headroom * 100)}% headroom for KV cache and "
                      f"activations); accepted: >= {int(-(-need // 1))} GPUs per copy of the weights",
-                     "raise tp/pp (more GPUs per replica), use larger GPUs or a smaller variant")
+                     "raise tp/pp (more GPUs per replica), use larger GPUs or a smaller variant"
+                     + (", or correct glmops_checkpoint.size_gib" if given else ""))
 
 
 #: bytes per cached element of a KV cache dtype (``fp8*`` one byte, ``*fp4*`` half, else BF16/FP16 two)

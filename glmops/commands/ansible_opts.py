@@ -58,21 +58,65 @@ def _password_file(tmpdir: list[str], label: str) -> str:
 _ACCEPTED_E = "key=value words, a YAML/JSON mapping ({...}), or @FILE of a readable YAML/JSON mapping"
 
 
+def _alias_bomb(opt: str, shown: str) -> Problem | None:
+    """An EXTRA_VARS problem when ``opt`` (an ``@FILE`` or inline YAML/JSON) expands to more YAML
+    nodes than an inventory file may (``glmops.inventory.MAX_YAML_NODES``, aliases expanded): a
+    billion-laughs alias bomb would hang the controller's read. None when it is within that or
+    does not parse (the parse says so)."""
+    import yaml
+
+    from glmops.inventory import MAX_YAML_NODES, _yaml_nodes
+
+    if opt.startswith("@"):
+        with open(opt[1:], "rb") as fh:
+            text = fh.read().decode("utf-8", errors="replace")
+    elif opt[:1] in ("[", "{"):
+        text = opt
+    else:
+        return None
+    try:
+        docs = list(yaml.compose_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))  # libyaml: 4x faster
+    except yaml.YAMLError:
+        return None
+    memo: dict[int, int] = {}
+    if sum(_yaml_nodes(d, memo) for d in docs if d is not None) > MAX_YAML_NODES:
+        return Problem("EXTRA_VARS", f"-e {shown}", f"-e {shown} expands to more than {MAX_YAML_NODES:,} YAML nodes "
+                       f"(aliases * expanded); accepted: at most {MAX_YAML_NODES:,}", "a YAML alias bomb? write the values out")
+    return None
+
+
+def _names_a_secret(opt: str) -> bool:
+    """True when the inline ``-e`` text ``opt`` names a secret (a word such as ``glmops_api_key``
+    or ``HF_TOKEN``) or holds one (a token, a URL with a password: ``glmops.model.is_secret``),
+    so a problem about it must not quote it."""
+    import re
+
+    from glmops.model import is_secret
+
+    return is_secret("", opt) or any(is_secret(word) for word in re.findall(r"[\w.-]+", opt))
+
+
 def check_extra_vars(extra: tuple[str, ...]) -> None:
     """Parse every ``-e`` argument as ``ansible-playbook`` would (``glmops.ansible_options.extra_vars``);
     raise ValidationError (exit 2) with one EXTRA_VARS problem per bad argument, naming it: an
-    ``@FILE`` that does not exist or is not a regular file, YAML/JSON that does not parse, data
-    that is not a mapping. A Vault-encrypted ``@FILE`` is only checked to exist (its secret is
-    loaded with the inventory's)."""
+    ``@FILE`` that does not exist or is not a regular file, data beyond an inventory file's limits
+    (an ``@FILE`` over ``glmops.inventory.MAX_FILE_BYTES``, an alias bomb: :func:`_alias_bomb`),
+    YAML/JSON that does not parse, data that is not a mapping, ``key=value`` text with words that
+    are not ``key=value`` (Ansible keeps them as ``_raw_params`` and no variable gets them:
+    ``-e 'glmops_max_batch_size 64'``, JSON after ``key=`` split at its spaces). A Vault-encrypted ``@FILE`` is only
+    checked to exist and for its size (its secret is loaded with the inventory's). An inline
+    argument that names or holds a secret (:func:`_names_a_secret`) is shown as ``'<redacted>'``."""
     if not extra:
         return
     from ansible.parsing.dataloader import DataLoader
 
     from glmops.ansible_options import extra_vars
+    from glmops.inventory import MAX_FILE_BYTES
 
     problems = []
     for opt in extra:
-        shown = clip(repr(opt))
+        secret = not opt.startswith("@") and _names_a_secret(opt)
+        shown = "'<redacted>' (it names or holds a secret)" if secret else clip(repr(opt))
         if opt.startswith("@"):
             path = opt[1:]
             if not os.path.isfile(path):
@@ -80,21 +124,43 @@ def check_extra_vars(extra: tuple[str, ...]) -> None:
                 problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars file {path!r} of -e {shown} "
                                         f"{what}; accepted: {_ACCEPTED_E}", "check the path after '@'"))
                 continue
+            size = os.path.getsize(path)
+            if size > MAX_FILE_BYTES:
+                problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars file {path!r} of -e {shown} has "
+                                        f"{size:,} bytes; accepted: at most {MAX_FILE_BYTES:,} bytes, as an inventory "
+                                        "file", "keep only the variables glmops reads in it"))
+                continue
             try:
                 with open(path, "rb") as fh:
                     if fh.read(64).lstrip().startswith(b"$ANSIBLE_VAULT"):
                         continue
+                bomb = _alias_bomb(opt, shown)
             except OSError as exc:
                 problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars file {path!r} of -e {shown} "
                                         f"cannot be read ({exc.strerror}); accepted: {_ACCEPTED_E}"))
                 continue
+        else:
+            bomb = _alias_bomb(opt, shown)
+        if bomb:
+            problems.append(bomb)
+            continue
         try:
-            extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
+            data = extra_vars(DataLoader(), AnsibleOptions(extra_vars=(opt,)))
         except Exception as exc:  # noqa: BLE001 - AnsibleParserError, AnsibleOptionsError, ...
             first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+            if secret:  # Ansible's message may quote the argument
+                first = first.replace(opt, "<redacted>")
+                first = type(exc).__name__ if _names_a_secret(first) else first
             problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"the extra vars argument -e {shown} cannot be read "
                                     f"({clip(first, 200)}); accepted: {_ACCEPTED_E}",
                                     "this is the -e/--extra-vars argument, not the inventory: fix or quote it"))
+            continue
+        if opt[:1] not in ("@", "[", "{") and "_raw_params" in data:  # Ansible's parse_kv keeps such words there
+            words = "" if secret else f" ({clip(repr(str(data['_raw_params'])), 80)})"
+            problems.append(Problem("EXTRA_VARS", f"-e {shown}", f"-e {shown} has text that is not key=value{words}, "
+                                    f"which sets no variable (Ansible keeps it as _raw_params); accepted: {_ACCEPTED_E}",
+                                    "quote a value with spaces (key='a b'), and give a structured value as one JSON/YAML "
+                                    """mapping: -e '{"glmops_checkpoint": {"size_gib": 300}}'"""))
     if problems:
         raise ValidationError(problems)
 

@@ -6,6 +6,7 @@ Re-exported by ``glmops.commands.core`` (the verb table points there). Plans thr
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -86,6 +87,10 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, wi
     if out_dir is not None and not out_dir.strip():
         click.echo("error: --out '' names no directory; accepted: a directory path", err=True)
         sys.exit(2)
+    if out_dir is not None and os.path.realpath(out_dir) == "/":
+        click.echo(f"error: --out {out_dir!r} is the root directory: the tree (OUT/<host>/etc/...) would land beside "
+                   "the system's; accepted: a directory of its own, e.g. --out plan-out", err=True)
+        sys.exit(2)
     try:
         planned = planning.load(inventory, topology, strict=strict)
         dep, the_plan = planned.deployment, planned.plan
@@ -99,6 +104,10 @@ def plan(inventory: str, topology: str | None, fmt: str, out_dir: str | None, wi
         sys.exit(2)
     except ValueError as exc:  # render refusals (e.g. container runtime without an image)
         click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:  # --out under a file, on /dev/null, read-only, /proc, ...
+        click.echo(f"error: --out {out_dir!r} cannot be written: {exc.strerror} ({exc.filename}); accepted: a "
+                   "directory this user can create and write", err=True)
         sys.exit(2)
     print_warnings(planned.warnings, inventory, err=True)
     if fmt == "json":
