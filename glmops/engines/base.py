@@ -591,6 +591,10 @@ def visible_devices(dep: Deployment, gpus: list[int]) -> dict[str, str]:
     return {key: ",".join(str(g) for g in gpus)}
 
 
+#: a worker's start allowance: START_BASE_S plus START_S_PER_GIB per GiB of its checkpoint
+START_BASE_S, START_S_PER_GIB = 600, 10
+
+
 def checkpoint_timeout_s(dep: Deployment) -> int:
     """``TimeoutStartSec=`` of a worker unit (seconds): ``glmops_readiness_timeout_s``, or
     600 s + 10 s per GiB of the checkpoint the Plan loads when that is longer.
@@ -600,7 +604,7 @@ def checkpoint_timeout_s(dep: Deployment) -> int:
     variant whose checkpoint the planned repo is (``Catalog.weight_gib``), else (a repo the catalog
     does not list) the planned variant's. See :func:`start_timeout_note` for what ``glmops plan``
     says about it."""
-    return int(max(dep.readiness_timeout_s, 600 + 10 * float(dep.checkpoint.size_gib or 0)))
+    return int(max(dep.readiness_timeout_s, START_BASE_S + START_S_PER_GIB * float(dep.checkpoint.size_gib or 0)))
 
 
 def start_timeout_note(dep: Deployment) -> str:
@@ -614,4 +618,4 @@ def start_timeout_note(dep: Deployment) -> str:
            "assumed": f"the catalog does not list checkpoint {ck.repo}: the variant's {size:g} GiB assumed; "
                       "set glmops_checkpoint.size_gib to its size"}.get(ck.size_from, f"checkpoint {ck.repo}")
     return (f"start timeout per worker: {timeout} s, the longer of glmops_readiness_timeout_s "
-            f"({dep.readiness_timeout_s} s) and 600 s + 10 s/GiB x {size:g} GiB ({why})")
+            f"({dep.readiness_timeout_s} s) and {START_BASE_S} s + {START_S_PER_GIB} s/GiB x {size:g} GiB ({why})")
